@@ -1,0 +1,44 @@
+"""Run the trainer without the submitter, e.g. under torchrun:
+
+    torchrun --nproc_per_node=2 -m trainer --job digits --run-dir runs/torchrun-digits
+
+Every process reads its rank from torchrun's variables (see trainer.distenv).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from trainer.schema import ConfigError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m trainer", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--job", default="digits", help="job name (jobs/NAME.yaml) or path")
+    parser.add_argument("--run-dir", default="runs/trainer", help="where metrics and checkpoints go")
+    parser.add_argument("--data-dir", default="data", help="where datasets are (or are downloaded to)")
+    parser.add_argument("--threads", type=int, default=1, help="CPU threads per process")
+    parser.add_argument("--gpus", action="store_true", help="train on CUDA (NCCL); fails without CUDA")
+    args = parser.parse_args(argv)
+    from trainer.config import RunSettings, load_job
+
+    try:
+        job = load_job(args.job)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    from trainer.train import run
+
+    settings = RunSettings(run_dir=args.run_dir, data_dir=args.data_dir, use_gpus=args.gpus, threads=args.threads)
+    result = run(job, settings)
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

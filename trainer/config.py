@@ -1,0 +1,146 @@
+"""What a training job is: the model, the data and the recipe, validated when loaded.
+
+Batch size is per rank (`batch_size_per_rank`): that is what each process holds in memory and what
+the seed program meant by 64. The global batch is `batch_size_per_rank × world_size`, and the
+resolved config written to the run folder shows both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+from trainer.schema import ConfigError, build, load_with_extends, require
+
+MODELS = ("lenet", "mlp", "resnet-small")
+DATASETS = ("digits", "cifar10", "synthetic-cifar10")
+
+
+@dataclass
+class JobConfig:
+    name: str = "job"
+    model: Literal["lenet", "mlp", "resnet-small"] = "mlp"
+    dataset: Literal["digits", "cifar10", "synthetic-cifar10"] = "digits"
+    # Where dataset files live; empty means the profile's data_dir.
+    data_dir: str = ""
+    # Only cifar10: fetch it when missing (one rank per node downloads, the others wait).
+    download: bool = True
+    # Only synthetic-cifar10: how many images to make (real CIFAR-10 has 50000/10000).
+    synthetic_train_size: int = 5000
+    synthetic_test_size: int = 1000
+    epochs: int = 10
+    batch_size_per_rank: int = 64
+    optimizer: Literal["sgd", "adamw"] = "sgd"
+    lr: float = 0.01
+    momentum: float = 0.9
+    nesterov: bool = False
+    weight_decay: float = 0.0
+    # constant: the seed's fixed lr; onecycle: linear warm-up then linear decay to 0 (per step).
+    lr_schedule: Literal["constant", "onecycle", "cosine"] = "constant"
+    warmup_fraction: float = 0.2
+    label_smoothing: float = 0.0
+    # Random crop (4-pixel padding) and horizontal flip, applied per batch on tensors.
+    augment: bool = False
+    seed: int = 0
+    # Evaluate on the whole test set every N epochs (and always after the last one).
+    eval_every_epochs: int = 1
+    # Print a plain progress line every N steps in batch logs (a tqdm bar on a terminal).
+    log_every_steps: int = 50
+    # Checkpoint every N optimizer steps (0: only at epoch end; null: the profile decides).
+    checkpoint_every_steps: Optional[int] = None
+    keep_checkpoints: int = 3
+    # Bitwise reproducible runs on CPU (deterministic algorithms, fixed reduction order).
+    deterministic: bool = True
+    # GPU path only: bf16 autocast, channels_last and torch.compile.
+    amp_bf16: bool = True
+    channels_last: bool = True
+    compile: bool = False
+    grad_accum_steps: int = 1
+    # What a sweep sorts by and what "best" means.
+    target_metric: str = "test_accuracy"
+    target_mode: Literal["max", "min"] = "max"
+    tensorboard: bool = False
+    # Stop early once test accuracy reaches this (0 disables); used by time-to-accuracy runs.
+    stop_at_accuracy: float = 0.0
+    # Testing aid: raise on this global step on this rank ("step:rank"), to exercise failure paths.
+    fail_at: str = ""
+    extra: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for key in ("epochs", "batch_size_per_rank", "eval_every_epochs", "log_every_steps",
+                    "keep_checkpoints", "grad_accum_steps", "synthetic_train_size", "synthetic_test_size"):
+            require(getattr(self, key) > 0, key, getattr(self, key), "an integer > 0")
+        require(self.lr > 0, "lr", self.lr, "a number > 0")
+        require(0 <= self.momentum < 1, "momentum", self.momentum, "a number in [0, 1)")
+        require(self.weight_decay >= 0, "weight_decay", self.weight_decay, "a number >= 0")
+        require(0 <= self.warmup_fraction < 1, "warmup_fraction", self.warmup_fraction, "a number in [0, 1)")
+        require(0 <= self.label_smoothing < 1, "label_smoothing", self.label_smoothing, "a number in [0, 1)")
+        require(0 <= self.stop_at_accuracy <= 1, "stop_at_accuracy", self.stop_at_accuracy, "a number in [0, 1]")
+        require(self.checkpoint_every_steps is None or self.checkpoint_every_steps >= 0,
+                "checkpoint_every_steps", self.checkpoint_every_steps, "an integer >= 0 or null")
+        require(self.target_metric in METRICS, "target_metric", self.target_metric, f"one of {', '.join(METRICS)}")
+        require(self.fail_at == "" or _is_step_rank(self.fail_at), "fail_at", self.fail_at,
+                "'' or 'STEP:RANK' with two integers")
+        if self.model == "mlp":
+            require(self.dataset == "digits", "model", self.model, "'lenet' or 'resnet-small' for 32x32 images")
+        elif self.dataset == "digits":
+            require(False, "model", self.model, "'mlp' for the 8x8 digits data")
+
+
+METRICS = ("test_accuracy", "test_loss", "train_loss", "images_per_second")
+
+
+def _is_step_rank(text: str) -> bool:
+    parts = text.split(":")
+    return len(parts) == 2 and all(p.strip().isdigit() for p in parts)
+
+
+@dataclass
+class RunSettings:
+    """What the cluster profile and the submitter decide for one run (not part of the recipe)."""
+
+    run_dir: str
+    data_dir: str = "data"
+    # The profile asked for GPUs: train on cuda:<local rank> with NCCL, or fail clearly without CUDA.
+    use_gpus: bool = False
+    # Threads per process: the CPUs SLURM or the profile gave the task (never more: oversubscription
+    # cost the seed 3x on two cores).
+    threads: int = 1
+    # Checkpoint cadence when the job leaves it null (SLURM profiles turn it on).
+    checkpoint_every_steps: int = 0
+    init_timeout_s: int = 120
+    # Collective timeout: a rank stuck waiting for a dead peer gives up after this long.
+    collective_timeout_s: int = 45
+    # Which signal asks for a checkpoint and a clean stop (preemption or pre-timeout).
+    stop_signal: str = "USR2"
+    # Show a tqdm bar (interactive local runs) instead of plain log lines.
+    progress_bar: bool = False
+
+
+JOBS_DIR = Path(__file__).resolve().parent.parent / "jobs"
+
+
+def find_job_file(name: str, relative_to: Path | None = None) -> Path:
+    """A job by NAME (jobs/NAME.yaml) or by path; ConfigError listing the known names otherwise."""
+    candidates = [Path(name)]
+    if relative_to is not None:
+        candidates.append(relative_to / name)
+    candidates += [JOBS_DIR / name, JOBS_DIR / f"{name}.yaml"]
+    for path in candidates:
+        if path.is_file():
+            return path
+    known = sorted(p.stem for p in JOBS_DIR.glob("*.yaml"))
+    raise ConfigError(f"job '{name}' not found: not a file, and not one of jobs/: {', '.join(known)}")
+
+
+def job_from_mapping(data: dict[str, Any], source: str) -> JobConfig:
+    return build(JobConfig, data, source)
+
+
+def load_job(name: str) -> JobConfig:
+    """Load a job file (following `extends:`) for `python -m trainer`; the submitter adds --set on top."""
+    path = find_job_file(name)
+    merged, source = load_with_extends(path, lambda parent, rel: find_job_file(parent, rel))
+    merged.pop("sweep", None)  # a sweep file's base job trains as itself
+    return job_from_mapping(merged, source)

@@ -1,0 +1,159 @@
+"""Datasets held as uint8 tensors, sharded like DistributedSampler, converted and augmented per batch.
+
+The seed program converted every image with PIL and ToTensor in a DataLoader, which cost half of
+its time on two cores. Here the whole dataset is one uint8 tensor (on the GPU when training
+there); each step gathers a batch of indices, converts it to float, normalises and augments it
+with a handful of tensor operations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch.utils.data.distributed import DistributedSampler
+
+CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
+
+
+class DataError(RuntimeError):
+    """The data could not be prepared; the message says why and what to do."""
+
+
+@dataclass
+class TensorDataset:
+    train_x: torch.Tensor  # uint8, N x C x H x W
+    train_y: torch.Tensor  # int64, N
+    test_x: torch.Tensor
+    test_y: torch.Tensor
+    mean: torch.Tensor  # float32, C: per-channel mean of the training images, in [0, 1] units
+    std: torch.Tensor
+
+    def to(self, device: torch.device) -> "TensorDataset":
+        return TensorDataset(*(t.to(device, non_blocking=True) for t in
+                               (self.train_x, self.train_y, self.test_x, self.test_y, self.mean, self.std)))
+
+
+def _from_arrays(train_x, train_y, test_x, test_y) -> TensorDataset:  # numpy in, tensors out
+    tx = torch.as_tensor(train_x)
+    stats = tx.float().div_(255).transpose(0, 1).reshape(tx.shape[1], -1)
+    return TensorDataset(tx.contiguous(), torch.as_tensor(train_y, dtype=torch.int64),
+                         torch.as_tensor(test_x).contiguous(), torch.as_tensor(test_y, dtype=torch.int64),
+                         stats.mean(1), stats.std(1).clamp_min(1e-3))
+
+
+def load_digits() -> TensorDataset:
+    """scikit-learn's real 8x8 digits (1797 images, 16 grey levels), a fixed stratified 75/25 split."""
+    import numpy as np
+    from sklearn.datasets import load_digits as sk_digits
+    from sklearn.model_selection import train_test_split
+
+    bunch = sk_digits()
+    images = (bunch.images * 255.0 / 16.0).round().astype(np.uint8)[:, None, :, :]
+    x_tr, x_te, y_tr, y_te = train_test_split(images, bunch.target, test_size=0.25, random_state=0,
+                                              stratify=bunch.target)
+    return _from_arrays(x_tr, y_tr, x_te, y_te)
+
+
+def load_synthetic_cifar10(train_size: int, test_size: int, seed: int = 0) -> TensorDataset:
+    """CIFAR-10-shaped images with a learnable class signal, made locally (benchmarks, tests)."""
+    g = torch.Generator().manual_seed(seed)
+    templates = torch.rand(10, 3, 32, 32, generator=g)
+
+    def make(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        y = torch.randint(0, 10, (n,), generator=g)
+        x = 0.5 * templates[y] + 0.5 * torch.rand(n, 3, 32, 32, generator=g)
+        return (x * 255).round().to(torch.uint8), y
+
+    return _from_arrays(*make(train_size), *make(test_size))
+
+
+def cifar10_missing_message(root: Path, reason: str) -> str:
+    return (f"CIFAR-10 is not available under {root} ({reason}). Without network access, copy an existing "
+            f"'cifar-10-batches-py' folder (torchvision's format) into {root}, or point the job at the folder "
+            f"that holds it with --set job.data_dir=PATH (and --set job.download=false to never try the network)")
+
+
+def load_cifar10(root: Path, download: bool) -> TensorDataset:
+    """CIFAR-10 through torchvision (its files, its checksums); the images stay uint8 arrays."""
+    from torchvision.datasets import CIFAR10
+
+    try:
+        train = CIFAR10(str(root), train=True, download=download)
+        test = CIFAR10(str(root), train=False, download=False)
+    except RuntimeError as err:  # torchvision: "Dataset not found or corrupted"
+        raise DataError(cifar10_missing_message(root, str(err).split(".")[0])) from None
+    except OSError as err:  # URLError and socket errors are OSErrors: no network
+        raise DataError(cifar10_missing_message(root, f"download failed: {err}")) from None
+    # HWC uint8 numpy -> NCHW uint8 tensors, once, instead of ToTensor per sample per epoch.
+    return _from_arrays(train.data.transpose(0, 3, 1, 2), train.targets, test.data.transpose(0, 3, 1, 2),
+                        test.targets)
+
+
+def fetch_cifar10(root: Path) -> None:
+    """Download CIFAR-10 if missing (called by one rank per node while the others wait)."""
+    from torchvision.datasets import CIFAR10
+
+    root.mkdir(parents=True, exist_ok=True)
+    try:
+        CIFAR10(str(root), train=True, download=True)
+    except OSError as err:
+        raise DataError(cifar10_missing_message(root, f"download failed: {err}")) from None
+
+
+class _Sized:
+    """The only thing DistributedSampler needs from a dataset is its length."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+
+def epoch_indices(n: int, world_size: int, rank: int, epoch: int, seed: int) -> torch.Tensor:
+    """This rank's training indices for `epoch`: exactly DistributedSampler's, with set_epoch."""
+    sampler = DistributedSampler(_Sized(n), num_replicas=world_size, rank=rank, shuffle=True, seed=seed,
+                                 drop_last=False)
+    sampler.set_epoch(epoch)
+    return torch.tensor(list(iter(sampler)), dtype=torch.int64)
+
+
+def eval_shard(n: int, world_size: int, rank: int) -> slice:
+    """A contiguous slice of the test set; shards differ by at most one item and cover it exactly once."""
+    start = n * rank // world_size
+    return slice(start, n * (rank + 1) // world_size)
+
+
+def batch_generator(seed: int, epoch: int, step: int, rank: int) -> torch.Generator:
+    """Augmentation randomness as a function of (seed, epoch, step, rank), so a resumed run draws the same."""
+    return torch.Generator().manual_seed(((seed * 1_000_003 + epoch) * 1_000_003 + step) * 1_009 + rank)
+
+
+def prepare(x: torch.Tensor, data: TensorDataset, augment: bool, gen: torch.Generator | None,
+            channels_last: bool = False) -> torch.Tensor:
+    """uint8 batch -> normalised float batch, optionally with random crop (pad 4) and flip."""
+    x = x.float().div_(255)
+    x = (x - data.mean.view(1, -1, 1, 1)) / data.std.view(1, -1, 1, 1)
+    if augment:
+        x = random_crop_flip(x, gen)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    return x
+
+
+def random_crop_flip(x: torch.Tensor, gen: torch.Generator | None, pad: int = 4) -> torch.Tensor:
+    """Per-image random translation by up to `pad` pixels (zero fill) and horizontal flip, vectorised."""
+    b, _, h, w = x.shape
+    shifts = torch.randint(0, 2 * pad + 1, (2, b), generator=gen).to(x.device)
+    flips = (torch.rand(b, generator=gen) < 0.5).to(x.device)
+    padded = F.pad(x, (pad, pad, pad, pad))
+    rows = shifts[0].view(b, 1) + torch.arange(h, device=x.device).view(1, h)
+    cols = shifts[1].view(b, 1) + torch.arange(w, device=x.device).view(1, w)
+    cols = torch.where(flips.view(b, 1), cols.flip(1), cols)
+    batch = torch.arange(b, device=x.device).view(b, 1, 1)
+    # Advanced indexing over (batch, row, col) picks each image's window in one gather: B x H x W x C.
+    out = padded.permute(0, 2, 3, 1)[batch, rows.view(b, h, 1), cols.view(b, 1, w)]
+    return out.permute(0, 3, 1, 2)

@@ -1,0 +1,131 @@
+"""Where this process sits in the job: one pure function of an environment mapping.
+
+Launchers describe ranks with their own variables. We read them through one table per launcher
+(as submitit's JobEnvironment does) and return a single `DistEnv`. Precedence, most specific first:
+
+1. torchrun (TORCHELASTIC_RUN_ID, RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT): torchrun may
+   itself run inside a SLURM allocation, and then its variables describe the processes it made.
+2. submitit's local executor (SUBMITIT_LOCAL_*): it may run inside a SLURM allocation too.
+3. a SLURM job step (SLURM_STEP_ID with SLURM_PROCID): `srun` sets these per task. A batch script
+   without srun has SLURM_JOB_ID but no step, and is one process.
+4. nothing: one process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from trainer import hostlist
+
+# Ports in [PORT_BASE, PORT_BASE + PORT_SPAN) are below Linux's ephemeral range (32768+), so a
+# derived port does not collide with ports the kernel hands out to outgoing connections.
+PORT_BASE = 12000
+PORT_SPAN = 20000
+
+TABLES: dict[str, dict[str, str]] = {
+    "torchrun": {"rank": "RANK", "world_size": "WORLD_SIZE", "local_rank": "LOCAL_RANK",
+                 "local_world_size": "LOCAL_WORLD_SIZE", "job_id": "TORCHELASTIC_RUN_ID"},
+    "local": {"rank": "SUBMITIT_LOCAL_GLOBALID", "world_size": "SUBMITIT_LOCAL_NTASKS",
+              "local_rank": "SUBMITIT_LOCAL_LOCALID", "local_world_size": "SUBMITIT_LOCAL_NTASKS",
+              "job_id": "SUBMITIT_LOCAL_JOB_ID"},
+    "slurm": {"rank": "SLURM_PROCID", "world_size": "SLURM_NTASKS", "local_rank": "SLURM_LOCALID",
+              "local_world_size": "SLURM_NTASKS_PER_NODE", "job_id": "SLURM_JOB_ID"},
+}
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    launcher: str  # "torchrun", "local", "slurm" or "single"
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    master_addr: str
+    master_port: int
+    job_id: str
+    node: str
+    array_job_id: str = ""
+    array_task_id: str = ""
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def detect_launcher(env: Mapping[str, str]) -> str:
+    if "TORCHELASTIC_RUN_ID" in env or ("RANK" in env and "WORLD_SIZE" in env and "SLURM_STEP_ID" not in env):
+        return "torchrun"
+    if "SUBMITIT_LOCAL_JOB_ID" in env:
+        return "local"
+    if "SLURM_STEP_ID" in env and "SLURM_PROCID" in env:
+        return "slurm"
+    return "single"
+
+
+def port_for_job(job_id: str) -> int:
+    """A port every rank of a job derives alike, different for jobs that may share a node."""
+    digest = hashlib.sha256(job_id.encode()).digest()
+    return PORT_BASE + int.from_bytes(digest[:4], "big") % PORT_SPAN
+
+
+def resolve(env: Mapping[str, str]) -> DistEnv:
+    """The distributed environment described by `env` (usually `os.environ`). Pure: no I/O."""
+    launcher = detect_launcher(env)
+    if launcher == "single":
+        return DistEnv("single", 0, 1, 0, 1, env.get("MASTER_ADDR", "127.0.0.1"),
+                       int(env.get("MASTER_PORT", port_for_job(str(env.get("SLURM_JOB_ID", "single"))))),
+                       env.get("SLURM_JOB_ID", ""), env.get("SLURMD_NODENAME", "localhost"))
+    table = TABLES[launcher]
+
+    def num(key: str, default: int | None = None) -> int:
+        raw = env.get(table[key])
+        if raw is None:
+            if default is None:
+                raise ValueError(f"{table[key]} is not set, but other {launcher} variables are")
+            return default
+        # SLURM_NTASKS_PER_NODE may read "2(x3)" on heterogeneous allocations: the count is first.
+        return int(raw.split("(")[0].split(",")[0])
+
+    rank, world_size = num("rank"), num("world_size")
+    local_rank = num("local_rank", rank)
+    local_world_size = num("local_world_size", world_size)
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is outside world size {world_size}")
+    job_id = env.get(table["job_id"], "")
+    if launcher == "slurm":
+        nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST", "")
+        master_addr = env.get("MASTER_ADDR") or hostlist.first_host(nodelist)
+        node = env.get("SLURMD_NODENAME", "")
+    else:
+        master_addr = env.get("MASTER_ADDR", "127.0.0.1")
+        node = env.get("SLURMD_NODENAME") or env.get("HOSTNAME", "localhost")
+    master_port = int(env["MASTER_PORT"]) if env.get("MASTER_PORT") else port_for_job(f"{launcher}:{job_id}")
+    return DistEnv(
+        launcher=launcher, rank=rank, world_size=world_size, local_rank=local_rank,
+        local_world_size=local_world_size, master_addr=master_addr, master_port=master_port,
+        job_id=job_id, node=node,
+        array_job_id=env.get("SLURM_ARRAY_JOB_ID", "") if launcher == "slurm" else "",
+        array_task_id=env.get("SLURM_ARRAY_TASK_ID", "") if launcher == "slurm" else "",
+    )
+
+
+# Variables a process inherits from a job it was started in, that would describe that job instead
+# of the one being submitted. The submitter removes them before it starts or submits a new job.
+INHERITED_PREFIXES = ("SLURM_", "SUBMITIT_", "TORCHELASTIC_")
+INHERITED_NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
+                   "MASTER_PORT", "SLURMD_NODENAME")
+KEEP = ("SLURM_CONF",)
+
+
+def scrubbed(env: Mapping[str, str]) -> dict[str, str]:
+    """`env` without the variables of an enclosing job (pure; used before submitting a new job)."""
+    return {
+        k: v for k, v in env.items()
+        if k in KEEP or not (k.startswith(INHERITED_PREFIXES) or k in INHERITED_NAMES)
+    }

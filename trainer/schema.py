@@ -1,0 +1,201 @@
+"""Turn plain mappings (parsed YAML) into validated, typed dataclasses.
+
+Every error names the file, the key, the bad value and what would be valid, so that the command
+line can print one line and exit 2 instead of a traceback. Shared by jobs (here) and cluster
+profiles (in the submitter), which is why it lives in the package both may import.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import types
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal, TypeVar, Union
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """Bad user input: printed as one line by the command line, which then exits with status 2."""
+
+
+class FieldError(ValueError):
+    """Raised by a dataclass's `__post_init__`; `build` adds the file and key and re-raises ConfigError."""
+
+    def __init__(self, key: str, value: Any, expected: str) -> None:
+        super().__init__(key)
+        self.key, self.value, self.expected = key, value, expected
+
+
+def field_names(cls: type) -> list[str]:
+    return [f.name for f in dataclasses.fields(cls)]
+
+
+def unknown_key_error(source: str, key: str, valid: list[str]) -> ConfigError:
+    close = difflib.get_close_matches(key.rsplit(".", 1)[-1], valid, n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    return ConfigError(f"{source}: unknown key '{key}'{hint}; valid keys: {', '.join(sorted(valid))}")
+
+
+def bad_value_error(source: str, key: str, value: Any, expected: str) -> ConfigError:
+    return ConfigError(f"{source}: key '{key}' has invalid value {value!r}; expected {expected}")
+
+
+def build(cls: type[T], data: Mapping[str, Any], source: str, prefix: str = "") -> T:
+    """Create `cls` from `data`, checking keys and types; `source` names the file(s) for errors."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{source}: expected a mapping of keys to values, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    valid = field_names(cls)
+    kwargs = {}
+    for key, value in data.items():
+        if key not in valid:
+            raise unknown_key_error(source, f"{prefix}{key}", valid)
+        kwargs[key] = _coerce(value, hints[key], source, f"{prefix}{key}")
+    missing = [
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.name not in kwargs
+        and f.default is dataclasses.MISSING
+        and f.default_factory is dataclasses.MISSING  # type: ignore[misc]
+    ]
+    if missing:
+        raise ConfigError(f"{source}: missing required key(s): {', '.join(prefix + m for m in missing)}")
+    try:
+        return cls(**kwargs)
+    except FieldError as err:
+        raise bad_value_error(source, f"{prefix}{err.key}", err.value, err.expected) from None
+
+
+def _describe(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (Union, types.UnionType):
+        return " or ".join(_describe(a) for a in typing.get_args(tp))
+    if tp is type(None):
+        return "null"
+    if origin is list:
+        return f"a list of {_describe(typing.get_args(tp)[0])}"
+    if origin is dict:
+        return "a mapping of names to strings"
+    return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(tp, str(tp))
+
+
+def _coerce(value: Any, tp: Any, source: str, key: str) -> Any:
+    """Check `value` against the annotation `tp`; ints are accepted where floats are expected."""
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        for arg in typing.get_args(tp):
+            try:
+                return _coerce(value, arg, source, key)
+            except ConfigError:
+                continue
+        raise bad_value_error(source, key, value, _describe(tp))
+    if origin is Literal:
+        if value in typing.get_args(tp):
+            return value
+        raise bad_value_error(source, key, value, _describe(tp))
+    if tp is type(None):
+        if value is None:
+            return None
+        raise bad_value_error(source, key, value, "null")
+    if origin is list:
+        if not isinstance(value, list):
+            raise bad_value_error(source, key, value, _describe(tp))
+        (item,) = typing.get_args(tp)
+        return [_coerce(v, item, source, f"{key}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, Mapping):
+            raise bad_value_error(source, key, value, _describe(tp))
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str) or isinstance(v, (dict, list)) or v is None:
+                raise bad_value_error(source, f"{key}.{k}", v, "a string, number or boolean")
+            out[k] = str(v).lower() if isinstance(v, bool) else str(v)
+        return out
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif tp is str:
+        if isinstance(value, str):
+            return value
+    raise bad_value_error(source, key, value, _describe(tp))
+
+
+def require(condition: bool, key: str, value: Any, expected: str) -> None:
+    """For `__post_init__`: one-line range checks that `build` turns into ConfigError."""
+    if not condition:
+        raise FieldError(key, value, expected)
+
+
+def as_dict(obj: Any) -> dict[str, Any]:
+    return dataclasses.asdict(obj)
+
+
+def read_yaml(path: os.PathLike[str] | str) -> dict[str, Any]:
+    """Read one YAML mapping; malformed YAML or a non-mapping is a ConfigError naming the file."""
+    import yaml  # PyYAML: imported here so that `--help` does not pay for it
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = yaml.safe_load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: file not found") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ConfigError(f"{path}: malformed YAML{where}: {problem}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of keys to values, got {type(data).__name__}")
+    return data
+
+
+def load_with_extends(path: Path, find: typing.Callable[[str, Path], Path]) -> tuple[dict[str, Any], str]:
+    """Load `path`, merging in the files it `extends:` (recursively, the child wins, mappings merge).
+
+    Returns the merged mapping and a description of its source chain for error messages.
+    `find(name, relative_to)` turns an `extends:` value into a path.
+    """
+    chain: list[Path] = []
+    merged: dict[str, Any] = {}
+    current: Path | None = path
+    while current is not None:
+        if current.resolve() in [p.resolve() for p in chain]:
+            names = " -> ".join(str(p) for p in chain + [current])
+            raise ConfigError(f"{path}: 'extends' forms a cycle: {names}")
+        chain.append(current)
+        data = read_yaml(current)
+        parent = data.pop("extends", None)
+        merged = deep_merge(data, merged)
+        if parent is None:
+            current = None
+        elif not isinstance(parent, str) or not parent:
+            raise bad_value_error(str(current), "extends", parent, "the name or path of another file")
+        else:
+            current = find(parent, current.parent)
+    source = str(chain[0]) if len(chain) == 1 else f"{chain[0]} (extending {', '.join(map(str, chain[1:]))})"
+    return merged, source
+
+
+def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out

@@ -1,0 +1,360 @@
+"""One training run, read top to bottom: set up, (resume,) train, evaluate, save, return metrics.
+
+`run()` is what every launcher calls once per process: submitit's local and SLURM executors (through
+the submitter's task), its debug executor (in-process), torchrun (`python -m trainer`) and plain
+python. It never imports submitit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import signal
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from trainer import checkpoint, data, distenv, runtime
+from trainer.config import JobConfig, RunSettings
+from trainer.models import build_model
+
+
+class StopRequested(Exception):
+    """Every rank stopped at the same step boundary after a stop signal; a checkpoint was written."""
+
+    def __init__(self, step: int, signal_name: str) -> None:
+        super().__init__(f"stopped at step {step} on {signal_name}")
+        self.step, self.signal_name = step, signal_name
+
+
+class InjectedFailure(RuntimeError):
+    """Raised on purpose by `job.fail_at` to test how failures propagate."""
+
+
+def run(job: JobConfig, settings: RunSettings, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Train `job` in this process and return the final metrics (the same on every rank)."""
+    runtime.set_threads(settings.threads)
+    env = distenv.resolve(os.environ if environ is None else environ)
+    device = runtime.pick_device(settings.use_gpus, env)
+    runtime.init_process_group(env, device, settings.init_timeout_s, settings.collective_timeout_s)
+    try:
+        return Trainer(job, settings, env, device).fit()
+    finally:
+        runtime.destroy_process_group()
+
+
+def lr_factor(schedule: str, step: int, total: int, warmup_fraction: float) -> float:
+    if schedule == "constant":
+        return 1.0
+    warmup = max(1, int(total * warmup_fraction))
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    if schedule == "onecycle":
+        return max(0.0, 1.0 - progress)
+    return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+
+class Trainer:
+    def __init__(self, job: JobConfig, settings: RunSettings, env: distenv.DistEnv, device: torch.device) -> None:
+        self.job, self.settings, self.env, self.device = job, settings, env, device
+        self.run_dir = Path(settings.run_dir)
+        self.ckpt_dir = self.run_dir / "checkpoints"
+        self.every = job.checkpoint_every_steps if job.checkpoint_every_steps is not None \
+            else settings.checkpoint_every_steps
+        if job.deterministic and device.type == "cpu":
+            torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.manual_seed(job.seed)  # same initial weights on every rank (DDP also broadcasts them)
+
+        self.data = self._load_data().to(device)
+        self.gpu = device.type == "cuda"
+        model = build_model(job.model).to(device)
+        if self.gpu and job.channels_last:
+            model = model.to(memory_format=torch.channels_last)
+        self.model = model
+        self.ddp: nn.Module = model
+        if env.distributed:
+            # Gradients land straight in the all-reduce buckets (no copy); buckets are reduced while
+            # backward still runs for earlier layers.
+            self.ddp = DDP(model, device_ids=[device.index] if self.gpu else None,
+                           gradient_as_bucket_view=True, bucket_cap_mb=25 if self.gpu else 4)
+        self.forward = torch.compile(self.ddp) if (self.gpu and job.compile) else self.ddp
+        self.optimizer = self._make_optimizer()
+        n_train = len(self.data.train_y)
+        per_rank = math.ceil(n_train / env.world_size)
+        self.steps_per_epoch = math.ceil(per_rank / job.batch_size_per_rank)
+        self.total_steps = self.steps_per_epoch * job.epochs
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda s: lr_factor(job.lr_schedule, s, self.total_steps, job.warmup_fraction))
+        self.epoch, self.step_in_epoch, self.global_step = 0, 0, 0
+        self.history: list[dict[str, Any]] = []
+        self.train_time = 0.0
+        self.images_seen = 0
+        self._stop_signal: str | None = None
+        self.resumed_from: str | None = None
+
+    # ----- setup helpers -------------------------------------------------------------------------
+    def _load_data(self) -> data.TensorDataset:
+        job = self.job
+        if job.dataset == "digits":
+            return data.load_digits()
+        if job.dataset == "synthetic-cifar10":
+            return data.load_synthetic_cifar10(job.synthetic_train_size, job.synthetic_test_size, seed=1234)
+        root = Path(job.data_dir or self.settings.data_dir)
+        # Only one rank per node downloads; the others wait. A failure is shared so nobody hangs.
+        failure = ""
+        if job.download and self.env.local_rank == 0:
+            try:
+                data.fetch_cifar10(root)
+            except data.DataError as err:
+                failure = str(err)
+        if self.env.distributed:
+            flags = torch.tensor([1 if failure else 0])
+            dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+            if flags.item() and not failure:
+                failure = data.cifar10_missing_message(root, "the download failed on another rank")
+        if failure:
+            raise data.DataError(failure)
+        return data.load_cifar10(root, download=False)
+
+    def _make_optimizer(self) -> torch.optim.Optimizer:
+        job = self.job
+        if job.optimizer == "adamw":
+            return torch.optim.AdamW(self.model.parameters(), lr=job.lr, weight_decay=job.weight_decay)
+        return torch.optim.SGD(self.model.parameters(), lr=job.lr, momentum=job.momentum,
+                               nesterov=job.nesterov and job.momentum > 0, weight_decay=job.weight_decay)
+
+    # ----- checkpoints ---------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(), "epoch": self.epoch, "step_in_epoch": self.step_in_epoch,
+            "global_step": self.global_step, "history": self.history, "train_time": self.train_time,
+            "images_seen": self.images_seen, "world_size": self.env.world_size,
+            "rng": {"torch": torch.get_rng_state(),
+                    "cuda": torch.cuda.get_rng_state_all() if self.gpu else None},
+            "job": asdict(self.job),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.epoch, self.step_in_epoch = state["epoch"], state["step_in_epoch"]
+        self.global_step, self.history = state["global_step"], state["history"]
+        self.train_time, self.images_seen = state["train_time"], state["images_seen"]
+        torch.set_rng_state(state["rng"]["torch"])
+        if self.gpu and state["rng"]["cuda"] is not None:
+            torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+
+    def save_checkpoint(self) -> None:
+        if self.env.is_main:
+            checkpoint.save(self.ckpt_dir, self.global_step, self.state_dict(), self.job.keep_checkpoints)
+        if self.env.distributed:
+            dist.barrier()
+
+    def maybe_resume(self) -> None:
+        found = checkpoint.load_latest(self.ckpt_dir)
+        if found is None:
+            return
+        state, path = found
+        if state["world_size"] != self.env.world_size:
+            raise RuntimeError(f"{path} was written by a run with {state['world_size']} ranks; this one has "
+                               f"{self.env.world_size}: resuming would change the data order")
+        self.load_state_dict(state)
+        self.resumed_from = str(path)
+        self.log(f"resumed from {path.name}: epoch {self.epoch}, step {self.global_step}")
+
+    # ----- stop signal ---------------------------------------------------------------------------
+    def install_stop_handler(self) -> None:
+        """On the stop signal, finish the current step, checkpoint and raise StopRequested.
+
+        The previous handler (submitit's requeue logic) is kept so the launcher can chain to it.
+        """
+        name = self.settings.stop_signal
+        signum = getattr(signal, f"SIG{name}", None)
+        if signum is None or not hasattr(signal, "pthread_kill"):
+            return
+        try:
+            self.previous_handler = signal.getsignal(signum)
+            signal.signal(signum, lambda *_: setattr(self, "_stop_signal", name))
+        except ValueError:
+            pass  # not the main thread (e.g. an embedding application): no graceful stop
+
+    def stop_agreed(self) -> bool:
+        flag = 1 if self._stop_signal else 0
+        if self.env.distributed:
+            t = torch.tensor([flag])
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)  # any rank that saw the signal stops everyone
+            flag = int(t.item())
+        return bool(flag)
+
+    # ----- the loop ------------------------------------------------------------------------------
+    def log(self, message: str) -> None:
+        if self.env.is_main:
+            print(f"[trainer] {message}", flush=True)
+
+    def fit(self) -> dict[str, Any]:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.maybe_resume()
+        self.install_stop_handler()
+        job, env = self.job, self.env
+        self.log(f"{job.name}: {job.model} on {job.dataset}, {env.world_size} rank(s) via {env.launcher}, "
+                 f"device {self.device}, batch {job.batch_size_per_rank}/rank = "
+                 f"{job.batch_size_per_rank * env.world_size} global, {self.steps_per_epoch} steps/epoch")
+        while self.epoch < job.epochs:
+            epoch_start, seen_before = time.perf_counter(), self.images_seen
+            train_loss = self.train_epoch()
+            elapsed = time.perf_counter() - epoch_start
+            last = self.epoch + 1 == job.epochs
+            metrics: dict[str, Any] = {"epoch": self.epoch + 1, "step": self.global_step, "train_loss": train_loss,
+                                       "lr": self.scheduler.get_last_lr()[0], "epoch_time_s": round(elapsed, 4),
+                                       "images_per_second": (self.images_seen - seen_before) / max(elapsed, 1e-9)}
+            if last or (self.epoch + 1) % job.eval_every_epochs == 0 or job.stop_at_accuracy:
+                metrics.update(self.evaluate())
+            metrics["time"] = time.time()
+            self.history.append(metrics)
+            self.epoch, self.step_in_epoch = self.epoch + 1, 0
+            self.write_metrics(metrics)
+            if self.every is not None and not last:
+                self.save_checkpoint()  # epoch end
+            if job.stop_at_accuracy and metrics.get("test_accuracy", 0) >= job.stop_at_accuracy:
+                self.log(f"reached test accuracy {metrics['test_accuracy']:.4f} >= {job.stop_at_accuracy}")
+                break
+        return self.finish()
+
+    def train_epoch(self) -> float:
+        job, env = self.job, self.env
+        indices = data.epoch_indices(len(self.data.train_y), env.world_size, env.rank, self.epoch, job.seed)
+        indices = indices.to(self.device)
+        self.model.train()
+        loss_sum = torch.zeros((), device=self.device)
+        steps = 0
+        bar = self._progress_bar()
+        start = time.perf_counter()
+        while self.step_in_epoch < self.steps_per_epoch:
+            if self.stop_agreed():
+                self.train_time += time.perf_counter() - start
+                self.save_checkpoint()
+                raise StopRequested(self.global_step, self._stop_signal or "a signal on another rank")
+            loss = self.train_step(indices)
+            loss_sum += loss
+            steps += 1
+            self.step_in_epoch += 1
+            self.global_step += 1
+            if bar is not None:
+                bar.update(1)
+            elif self.global_step % job.log_every_steps == 0:
+                self.log(f"epoch {self.epoch + 1} step {self.step_in_epoch}/{self.steps_per_epoch} "
+                         f"loss {loss.item():.4f} lr {self.scheduler.get_last_lr()[0]:.5f}")
+            if self.every and self.global_step % self.every == 0 and self.step_in_epoch < self.steps_per_epoch:
+                self.train_time += time.perf_counter() - start
+                self.save_checkpoint()
+                start = time.perf_counter()
+        self.train_time += time.perf_counter() - start
+        if bar is not None:
+            bar.close()
+        mean = loss_sum / max(steps, 1)
+        if env.distributed:
+            dist.all_reduce(mean, op=dist.ReduceOp.AVG if self.gpu else dist.ReduceOp.SUM)
+            if not self.gpu:
+                mean /= env.world_size  # gloo has no AVG
+        return float(mean.item())
+
+    def train_step(self, indices: torch.Tensor) -> torch.Tensor:
+        job, env = self.job, self.env
+        lo = self.step_in_epoch * job.batch_size_per_rank
+        batch_idx = indices[lo: lo + job.batch_size_per_rank]
+        if f"{self.global_step}:{env.rank}" == job.fail_at:
+            raise InjectedFailure(f"injected failure at step {self.global_step} on rank {env.rank} (job.fail_at)")
+        gen = data.batch_generator(job.seed, self.epoch, self.step_in_epoch, env.rank) if job.augment else None
+        x = data.prepare(self.data.train_x[batch_idx], self.data, job.augment, gen, self.gpu and job.channels_last)
+        y = self.data.train_y[batch_idx]
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self.accumulate(x, y)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.images_seen += len(batch_idx)
+        return loss.detach()
+
+    def accumulate(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Forward and backward over `grad_accum_steps` micro-batches, all-reducing only on the last."""
+        micro = max(1, self.job.grad_accum_steps)
+        chunks = list(zip(x.chunk(micro), y.chunk(micro)))
+        total = torch.zeros((), device=self.device)
+        for i, (xc, yc) in enumerate(chunks):
+            sync = i == len(chunks) - 1 or not isinstance(self.ddp, DDP)
+            context = self.ddp.no_sync() if not sync else contextlib.nullcontext()
+            with context, torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.gpu and self.job.amp_bf16):
+                out = self.forward(xc)
+                loss = F.cross_entropy(out.float(), yc, label_smoothing=self.job.label_smoothing)
+            (loss * len(yc) / len(y)).backward()
+            total += loss.detach() * len(yc) / len(y)
+        return total
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        """Loss and accuracy on the whole test set: each rank takes a shard, sums are all-reduced."""
+        self.model.eval()
+        shard = data.eval_shard(len(self.data.test_y), self.env.world_size, self.env.rank)
+        xs, ys = self.data.test_x[shard], self.data.test_y[shard]
+        sums = torch.zeros(3, dtype=torch.float64, device=self.device)  # loss sum, correct, count
+        for lo in range(0, len(ys), 1024):
+            x = data.prepare(xs[lo:lo + 1024], self.data, False, None, self.gpu and self.job.channels_last)
+            y = ys[lo:lo + 1024]
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.gpu and self.job.amp_bf16):
+                out = self.model(x).float()
+            sums[0] += F.cross_entropy(out, y, reduction="sum").double()
+            sums[1] += (out.argmax(1) == y).sum()
+            sums[2] += len(y)
+        if self.env.distributed:
+            dist.all_reduce(sums)
+        self.model.train()
+        loss, correct, count = sums.tolist()
+        return {"test_loss": loss / count, "test_accuracy": correct / count, "test_count": int(count)}
+
+    def write_metrics(self, metrics: dict[str, Any]) -> None:
+        if not self.env.is_main:
+            return
+        with open(self.run_dir / "metrics.jsonl", "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(metrics) + "\n")
+        shown = ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
+                          for k, v in metrics.items() if k != "time")
+        self.log(shown)
+
+    def _progress_bar(self):  # noqa: ANN202 - tqdm or None
+        if not (self.settings.progress_bar and self.env.is_main):
+            return None
+        from tqdm import tqdm
+
+        return tqdm(total=self.steps_per_epoch, initial=self.step_in_epoch, desc=f"epoch {self.epoch + 1}",
+                    unit="step", leave=False, file=sys.stderr)
+
+    def finish(self) -> dict[str, Any]:
+        last = self.history[-1]
+        evaluated = [h for h in self.history if "test_accuracy" in h]
+        final = evaluated[-1] if evaluated else last
+        result = {
+            "world_size": self.env.world_size, "epochs": last["epoch"], "steps": self.global_step,
+            "test_accuracy": final.get("test_accuracy"), "test_loss": final.get("test_loss"),
+            "train_loss": last["train_loss"],
+            "images_per_second": self.images_seen * self.env.world_size / max(self.train_time, 1e-9),
+            "train_time_s": round(self.train_time, 3), "run_dir": str(self.run_dir),
+            "node": self.env.node, "resumed_from": self.resumed_from,
+        }
+        if self.env.is_main:
+            tmp = self.run_dir / ".model_final.pt.tmp"
+            torch.save(self.model.state_dict(), tmp)
+            os.replace(tmp, self.run_dir / "model_final.pt")
+        return result
