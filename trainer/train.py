@@ -175,6 +175,14 @@ class Trainer:
         self.load_state_dict(state)
         self.resumed_from = str(path)
         self.log(f"resumed from {path.name}: epoch {self.epoch}, step {self.global_step}")
+        self.record_event("resumed", checkpoint=path.name, step=self.global_step)
+
+    def record_event(self, event: str, **fields: Any) -> None:
+        """Rank 0 appends restarts and stops to events.jsonl (what `status` and `restarts` count)."""
+        if self.env.is_main:
+            line = {"event": event, "time": time.time(), "job_id": self.env.job_id, **fields}
+            with open(self.run_dir / "events.jsonl", "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(line) + "\n")
 
     # ----- stop signal ---------------------------------------------------------------------------
     def install_stop_handler(self) -> None:

@@ -1,0 +1,33 @@
+"""Checks before anything is queued: a violation is a ConfigError (exit 2, nothing submitted)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from launcher.profile import Profile
+from launcher.submission import cuda_visible_here
+from trainer.config import JobConfig
+from trainer.schema import ConfigError
+
+CIFAR_FOLDER = "cifar-10-batches-py"
+
+
+def check_local(profile: Profile, job: JobConfig, source: str) -> None:
+    """What can be known on this machine: GPUs for in-machine executors, the data folder."""
+    if profile.executor in ("local", "debug") and profile.gpus_per_node and not cuda_visible_here():
+        raise ConfigError(f"{source}: key 'gpus_per_node' has invalid value {profile.gpus_per_node}; this machine "
+                          f"has no NVIDIA GPU (no driver found), so the {profile.executor} executor allows only 0")
+    check_data(profile, job)
+
+
+def check_data(profile: Profile, job: JobConfig) -> None:
+    if job.dataset != "cifar10":
+        return
+    root = Path(job.data_dir or profile.data_dir).expanduser()
+    key = "job.data_dir" if job.data_dir else "profile.data_dir"
+    if job.data_dir and not root.is_dir():
+        raise ConfigError(f"{key}: data folder {str(root)!r} does not exist; point it at the folder that holds "
+                          f"'{CIFAR_FOLDER}' (or leave it empty to use the profile's data_dir)")
+    if not job.download and not (root / CIFAR_FOLDER).is_dir():
+        raise ConfigError(f"{key}: {str(root)!r} holds no '{CIFAR_FOLDER}' folder and job.download is false; "
+                          f"copy CIFAR-10 there or set --set job.download=true")

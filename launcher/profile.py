@@ -1,0 +1,115 @@
+"""Cluster profiles: where and how a job runs (executor, nodes, tasks, GPUs, limits, setup).
+
+One task is one process is one rank. On GPU profiles that means one task per GPU
+(`tasks_per_node == gpus_per_node`), which is what DDP with NCCL expects.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Optional
+
+from trainer.schema import ConfigError, require
+
+PROFILES_DIR = Path(__file__).resolve().parent.parent / "cluster_profiles"
+SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "URG")
+_TIME_UNITS = re.compile(r"^[A-Za-z0-9_.,:+=@/ -]*$")
+
+
+@dataclass
+class Profile:
+    name: str = ""
+    # local: N processes on this machine; debug: in-process (pdb works); slurm: sbatch through submitit.
+    executor: Literal["local", "debug", "slurm"] = "local"
+    nodes: int = 1
+    tasks_per_node: int = 1
+    cpus_per_task: int = 1
+    gpus_per_node: int = 0
+    # Memory per task in GB (SLURM gets tasks_per_node x this per node); null: the partition default.
+    mem_per_task_gb: Optional[float] = None
+    time_min: int = 60
+    partition: str = ""
+    account: str = ""
+    qos: str = ""
+    constraint: str = ""
+    # Commands run on the node before the tasks start (e.g. "module load cuda/12.4"). Each line is
+    # one simple command: its words are re-quoted, so ; | $( ) and backticks stay literal.
+    setup: list[str] = field(default_factory=list)
+    # Environment variables exported to every task (values are quoted in the script).
+    env: dict[str, str] = field(default_factory=dict)
+    # The signal SLURM sends `signal_delay_s` seconds before the time limit (and on preemption).
+    # USR2 by default: NCCL may swallow USR1.
+    signal: Literal["USR1", "USR2", "TERM", "INT", "HUP", "URG"] = "USR2"
+    signal_delay_s: int = 120
+    # How many times a run may be requeued after hitting its time limit (preemptions are not capped).
+    max_timeout_requeues: int = 3
+    # Default checkpoint cadence for jobs that leave `checkpoint_every_steps` null (0: epoch ends only).
+    checkpoint_every_steps: int = 0
+    data_dir: str = "data"
+    runs_dir: str = "runs"
+    # Wait for the result (local and debug always do; SLURM returns after sbatch unless --wait).
+    wait: bool = False
+    array_parallelism: int = 16
+    # Split job arrays into pieces of at most this many tasks (null: the cluster's MaxArraySize).
+    max_array_size: Optional[int] = None
+    # SLURM_CONF for the submitter's SLURM commands (relative paths: from the project root).
+    slurm_conf: str = ""
+    # Extra `#SBATCH --key=value` lines for options the profile has no field for.
+    sbatch_extra: dict[str, str] = field(default_factory=dict)
+    init_timeout_s: int = 180
+    collective_timeout_s: int = 45
+
+    def __post_init__(self) -> None:
+        for key in ("nodes", "tasks_per_node", "cpus_per_task", "time_min", "array_parallelism",
+                    "init_timeout_s", "collective_timeout_s"):
+            require(getattr(self, key) > 0, key, getattr(self, key), "an integer > 0")
+        for key in ("gpus_per_node", "signal_delay_s", "max_timeout_requeues", "checkpoint_every_steps"):
+            require(getattr(self, key) >= 0, key, getattr(self, key), "an integer >= 0")
+        require(self.mem_per_task_gb is None or self.mem_per_task_gb > 0, "mem_per_task_gb",
+                self.mem_per_task_gb, "a number > 0 or null")
+        require(self.max_array_size is None or self.max_array_size > 0, "max_array_size", self.max_array_size,
+                "an integer > 0 or null")
+        require(self.signal_delay_s < self.time_min * 60, "signal_delay_s", self.signal_delay_s,
+                f"fewer seconds than the time limit ({self.time_min * 60} s)")
+        if self.gpus_per_node:
+            require(self.tasks_per_node == self.gpus_per_node, "tasks_per_node", self.tasks_per_node,
+                    f"one task per GPU: {self.gpus_per_node} (= gpus_per_node)")
+        if self.executor == "local":
+            require(self.nodes == 1, "nodes", self.nodes, "1 for the local executor (use a slurm profile for more)")
+        if self.executor == "debug":
+            require(self.nodes == 1, "nodes", self.nodes, "1 for the debug executor")
+            require(self.tasks_per_node == 1, "tasks_per_node", self.tasks_per_node,
+                    "1 for the debug executor (it runs in this process)")
+        for key in self.env:
+            require(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key) is not None, f"env.{key}", key,
+                    "a shell variable name (letters, digits, underscore)")
+        for key in self.sbatch_extra:
+            require(re.fullmatch(r"[a-z][a-z0-9-]*", key) is not None, f"sbatch_extra.{key}", key,
+                    "an sbatch long option name such as 'mail-type'")
+        for key in ("partition", "account", "qos"):
+            value = getattr(self, key)
+            require(re.fullmatch(r"[A-Za-z0-9_.-]*", value) is not None, key, value,
+                    "a SLURM name (letters, digits, '_', '.', '-')")
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.tasks_per_node
+
+    @property
+    def waits(self) -> bool:
+        return self.wait or self.executor in ("local", "debug")
+
+
+def find_profile_file(name: str, relative_to: Path | None = None) -> Path:
+    """A profile by NAME (cluster_profiles/NAME.yaml) or by path; ConfigError listing the names."""
+    candidates = [Path(name)]
+    if relative_to is not None:
+        candidates.append(relative_to / name)
+    candidates += [PROFILES_DIR / name, PROFILES_DIR / f"{name}.yaml"]
+    for path in candidates:
+        if path.is_file():
+            return path
+    known = sorted(p.stem for p in PROFILES_DIR.glob("*.yaml"))
+    raise ConfigError(f"profile '{name}' not found: not a file, and not one of cluster_profiles/: {', '.join(known)}")

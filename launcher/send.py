@@ -1,0 +1,69 @@
+"""The one place that queues work: make the submitit executor for a Submission and submit it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from launcher.submission import Submission
+from launcher.task import TrainTask
+from trainer.distenv import scrubbed
+
+
+@contextlib.contextmanager
+def submission_environment(extra: dict[str, str]) -> Iterator[None]:
+    """Submit with a clean environment: a submitter running inside a job must not pass that job's
+    SLURM_*/RANK/MASTER_* variables on (sbatch exports the caller's environment to the new job,
+    and the local executor copies it into its processes)."""
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(scrubbed(saved))
+    os.environ.update(extra)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def make_executor(sub: Submission) -> Any:
+    """The submitit executor for `sub`, with its parameters set; creating it queues nothing."""
+    import submitit
+    from submitit.core.job_environment import JobEnvironment
+
+    folder = sub.log_dir / "%j"
+    if sub.executor == "debug":
+        executor: Any = submitit.DebugExecutor(folder)
+    elif sub.executor == "local":
+        executor = submitit.LocalExecutor(folder, max_num_timeout=sub.max_num_timeout)
+    else:
+        # The signal name is read by submitit both when writing --signal and on the node.
+        JobEnvironment.USR_SIG = sub.profile.signal
+        executor = submitit.SlurmExecutor(folder, max_num_timeout=sub.max_num_timeout)
+    executor.update_parameters(**sub.parameters)
+    return executor
+
+
+def sbatch_script(sub: Submission) -> str:
+    """The exact script `send` would pass to sbatch (for --dry-run and its recorded-file test)."""
+    executor = make_executor(sub)
+    if sub.is_array:
+        executor.parameters["map_count"] = len(sub.tasks)
+    return executor._make_submission_file_text(executor._submitit_command_str, "dry-run")
+
+
+def send(sub: Submission, chunk_size: int | None = None) -> list[Any]:
+    """Queue `sub`: one job, or one job array (split into arrays of at most `chunk_size` tasks)."""
+    executor = make_executor(sub)
+    calls = [TrainTask(t.job, t.settings) for t in sub.tasks]
+    with submission_environment(sub.client_env):
+        if not sub.is_array:
+            return [executor.submit(calls[0])]
+        size = chunk_size or len(calls)
+        jobs: list[Any] = []
+        for start in range(0, len(calls), size):
+            with executor.batch():
+                jobs += [executor.submit(call) for call in calls[start:start + size]]
+        return jobs
