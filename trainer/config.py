@@ -26,6 +26,9 @@ class JobConfig:
     data_dir: str = ""
     # Only cifar10: fetch it when missing (one rank per node downloads, the others wait).
     download: bool = True
+    # Only cifar10: check torchvision's MD5 sums. Copies made locally (tests, converted benchmark
+    # images) have the same layout but other bytes, so they turn this off.
+    verify_checksums: bool = True
     # Only synthetic-cifar10: how many images to make (real CIFAR-10 has 50000/10000).
     synthetic_train_size: int = 5000
     synthetic_test_size: int = 1000

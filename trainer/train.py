@@ -116,7 +116,7 @@ class Trainer:
         failure = ""
         if job.download and self.env.local_rank == 0:
             try:
-                data.fetch_cifar10(root)
+                data.fetch_cifar10(root, job.verify_checksums)
             except data.DataError as err:
                 failure = str(err)
         if self.env.distributed:
@@ -126,7 +126,7 @@ class Trainer:
                 failure = data.cifar10_missing_message(root, "the download failed on another rank")
         if failure:
             raise data.DataError(failure)
-        return data.load_cifar10(root, download=False)
+        return data.load_cifar10(root, download=False, verify_checksums=job.verify_checksums)
 
     def _make_optimizer(self) -> torch.optim.Optimizer:
         job = self.job
