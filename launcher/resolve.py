@@ -75,7 +75,8 @@ def resolve(profile_name: str, job_name: str, sets: list[str]) -> Resolved:
     profile_data, profile_source = load_with_extends(profile_path, lambda p, rel: find_profile_file(p, rel))
     profile_data.setdefault("name", profile_path.stem)
     profile_data.update(overrides["profile"])
-    profile = build(Profile, profile_data, _described(profile_source, overrides["profile"], "profile"))
+    profile_source = _described(profile_source, overrides["profile"], "profile")
+    profile = build(Profile, profile_data, profile_source)
 
     job_path = find_job_file(job_name)
     job_data, job_source = load_with_extends(job_path, lambda p, rel: find_job_file(p, rel))
@@ -83,7 +84,8 @@ def resolve(profile_name: str, job_name: str, sets: list[str]) -> Resolved:
     job_data.setdefault("name", job_path.stem)
     _check_keys({k: v for k, v in overrides["job"].items()}, JobConfig, "job")
     job_data.update(overrides["job"])
-    job = build(JobConfig, job_data, _described(job_source, overrides["job"], "job"))
+    job_source = _described(job_source, overrides["job"], "job")
+    job = build(JobConfig, job_data, job_source)
     if sweep is not None and not isinstance(sweep, dict):
         raise ConfigError(f"{job_source}: key 'sweep' must be a mapping with 'grid' and/or 'tasks'")
     return Resolved(profile, job, profile_source, job_source, job_data, sweep)
