@@ -1,0 +1,46 @@
+"""Shared pytest fixtures: access to the SLURM dev cluster (tests/slurm_cluster.py)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+# Aliased: the fixture below is called slurm_cluster too.
+from tests import slurm_cluster as dev_cluster
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "slurm: needs the SLURM dev cluster (python -m tests.slurm_cluster up)"
+    )
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> Iterator[Path]:
+    """Path of the dev cluster's slurm.conf, with SLURM_CONF pointing at it.
+
+    In CI a missing cluster is a setup bug, so it fails loudly instead of
+    silently skipping every SLURM test.
+    """
+    if not dev_cluster.is_up():
+        if os.environ.get("CI"):
+            pytest.fail("SLURM dev cluster is not running; .ci/run must start it", pytrace=False)
+        pytest.skip(
+            "SLURM dev cluster not running: start it with "
+            "`python -m tests.slurm_cluster up --nodes 4` (needs root)"
+        )
+    added = dev_cluster.client_env()
+    # Plain assignment (monkeypatch is function-scoped), restored at teardown.
+    saved = {key: os.environ.get(key) for key in added}
+    os.environ.update(added)
+    try:
+        yield dev_cluster.slurm_conf_path()
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
