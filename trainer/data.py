@@ -8,6 +8,7 @@ with a handful of tensor operations.
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,6 +89,12 @@ def _cifar10_class(verify_checksums: bool):  # noqa: ANN202 - a torchvision data
         def _check_integrity(self) -> bool:
             folder = Path(self.root) / self.base_folder
             return all((folder / name).is_file() for name, _ in self.train_list + self.test_list)
+
+        def _load_meta(self) -> None:
+            # torchvision checks batches.meta's MD5 here too; a local copy has its own bytes.
+            with open(Path(self.root) / self.base_folder / self.meta["filename"], "rb") as fh:
+                self.classes = pickle.load(fh, encoding="latin1")[self.meta["key"]]
+            self.class_to_idx = {name: i for i, name in enumerate(self.classes)}
 
     return LocalCopyCIFAR10
 
