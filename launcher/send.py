@@ -5,11 +5,14 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from launcher.submission import Submission
 from launcher.task import TrainTask
 from trainer.distenv import scrubbed
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
 @contextlib.contextmanager
@@ -21,6 +24,9 @@ def submission_environment(extra: dict[str, str]) -> Iterator[None]:
     os.environ.clear()
     os.environ.update(scrubbed(saved))
     os.environ.update(extra)
+    # The task unpickles launcher.task.TrainTask wherever it runs: make the project importable there
+    # even when the submitter was started from another folder and the project is not installed.
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), saved.get("PYTHONPATH", "")) if p)
     try:
         yield
     finally:
@@ -58,6 +64,9 @@ def send(sub: Submission, chunk_size: int | None = None) -> list[Any]:
     """Queue `sub`: one job, or one job array (split into arrays of at most `chunk_size` tasks)."""
     executor = make_executor(sub)
     calls = [TrainTask(t.job, t.settings) for t in sub.tasks]
+    # submitit keeps calling SLURM after sbatch (sacct while waiting, scancel), from this process's
+    # environment: those calls must reach the same cluster (the profile's SLURM_CONF).
+    os.environ.update(sub.client_env)
     with submission_environment(sub.client_env):
         if not sub.is_array:
             return [executor.submit(calls[0])]
