@@ -359,7 +359,9 @@ class Trainer:
             "train_loss": last["train_loss"],
             "images_per_second": self.images_seen * self.env.world_size / max(self.train_time, 1e-9),
             "train_time_s": round(self.train_time, 3), "run_dir": str(self.run_dir),
-            "node": self.env.node, "resumed_from": self.resumed_from,
+            # Where this rank ran and how it was set up (the submitter collects every rank's).
+            "node": self.env.node, "rank": self.env.rank, "master_addr": self.env.master_addr,
+            "threads": torch.get_num_threads(), "resumed_from": self.resumed_from,
         }
         if self.env.is_main:
             tmp = self.run_dir / ".model_final.pt.tmp"
