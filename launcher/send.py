@@ -34,8 +34,11 @@ def submission_environment(extra: dict[str, str]) -> Iterator[None]:
         os.environ.update(saved)
 
 
-def make_executor(sub: Submission) -> Any:
-    """The submitit executor for `sub`, with its parameters set; creating it queues nothing."""
+def make_executor(sub: Submission, script_only: bool = False) -> Any:
+    """The submitit executor for `sub`, with its parameters set; creating it queues nothing.
+
+    `script_only`: the executor only writes the sbatch script (--dry-run), so it may be made on a
+    machine without `srun`; everything else is the same construction as for sending."""
     import submitit
     from submitit.core.job_environment import JobEnvironment
 
@@ -47,16 +50,32 @@ def make_executor(sub: Submission) -> Any:
     else:
         # The signal name is read by submitit both when writing --signal and on the node.
         JobEnvironment.USR_SIG = sub.profile.signal
-        executor = submitit.SlurmExecutor(folder, max_num_timeout=sub.max_num_timeout)
+        cls = _script_only_slurm_executor() if script_only else submitit.SlurmExecutor
+        executor = cls(folder, max_num_timeout=sub.max_num_timeout)
     executor.update_parameters(**sub.parameters)
     return executor
 
 
-def sbatch_script(sub: Submission) -> str:
-    """The exact script `send` would pass to sbatch (for --dry-run and its recorded-file test)."""
-    executor = make_executor(sub)
+def _script_only_slurm_executor() -> type:
+    import submitit
+
+    class ScriptOnlySlurmExecutor(submitit.SlurmExecutor):
+        """A SlurmExecutor that does not insist on `srun` being installed (it never submits)."""
+
+        @classmethod
+        def affinity(cls) -> int:
+            return 2
+
+    return ScriptOnlySlurmExecutor
+
+
+def sbatch_script(sub: Submission, chunk_size: int | None = None) -> str:
+    """The exact script `send` would pass to sbatch (for the first array, if it is split), for
+    --dry-run and its recorded-file test. submitit builds it from the same executor parameters."""
+    executor = make_executor(sub, script_only=True)
     if sub.is_array:
-        executor.parameters["map_count"] = len(sub.tasks)
+        # What submitit sets on the array executor it makes for each batch of tasks.
+        executor.parameters["map_count"] = min(len(sub.tasks), chunk_size or len(sub.tasks))
     return executor._make_submission_file_text(executor._submitit_command_str, "dry-run")
 
 

@@ -33,7 +33,8 @@ def submit(args: argparse.Namespace, argv: list[str]) -> int:
     if profile.executor == "slurm":
         from launcher import slurm_preflight
 
-        chunk = slurm_preflight.check(sub, resolved.profile_source)
+        # --dry-run still shows the script where the cluster cannot be asked (a laptop).
+        chunk = slurm_preflight.check(sub, resolved.profile_source, required=not args.dry_run)
     if args.dry_run:
         return dry_run(sub, args.json)
     return send_and_report(sub, args, argv, chunk)
