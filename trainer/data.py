@@ -154,26 +154,46 @@ def batch_generator(seed: int, epoch: int, step: int, rank: int) -> torch.Genera
 
 def prepare(x: torch.Tensor, data: TensorDataset, augment: bool, gen: torch.Generator | None,
             channels_last: bool = False) -> torch.Tensor:
-    """uint8 batch -> normalised float batch, optionally with random crop (pad 4) and flip."""
-    x = x.float().div_(255)
-    x = (x - data.mean.view(1, -1, 1, 1)) / data.std.view(1, -1, 1, 1)
+    """uint8 batch -> normalised float batch, optionally with random crop (pad 4) and flip.
+
+    The crop and flip move uint8 pixels (a quarter of the bytes of floats), then one pass converts
+    to float in the layout the model wants (channels_last: what oneDNN and cuDNN convolutions prefer)
+    and one in-place multiply-add normalises: (x / 255 - mean) / std = x * scale + shift.
+    """
     if augment:
         x = random_crop_flip(x, gen)
-    if channels_last:
-        x = x.contiguous(memory_format=torch.channels_last)
-    return x
+    layout = torch.channels_last if channels_last else torch.contiguous_format
+    x = x.to(torch.float32, memory_format=layout)
+    scale = (data.std * 255).reciprocal().view(1, -1, 1, 1)
+    shift = (-data.mean / data.std).view(1, -1, 1, 1)
+    return x.mul_(scale).add_(shift)
 
 
 def random_crop_flip(x: torch.Tensor, gen: torch.Generator | None, pad: int = 4) -> torch.Tensor:
-    """Per-image random translation by up to `pad` pixels (zero fill) and horizontal flip, vectorised."""
-    b, _, h, w = x.shape
-    shifts = torch.randint(0, 2 * pad + 1, (2, b), generator=gen).to(x.device)
-    flips = (torch.rand(b, generator=gen) < 0.5).to(x.device)
-    padded = F.pad(x, (pad, pad, pad, pad))
+    """Per-image random crop of a `pad`-padded image (black fill, like torchvision's
+    RandomCrop(size, padding=pad) before ToTensor) and horizontal flip with probability 1/2.
+
+    Vectorised as one gather of whole pixels: every output pixel's offset into the padded batch
+    (images x rows x columns, channels last) is computed from the per-image shifts and flips, so a
+    batch costs one index_select whatever its size. Returns an N x C x H x W view whose memory is
+    channels-last (N x H x W x C).
+    """
+    b, c, h, w = x.shape
+    hp, wp = h + 2 * pad, w + 2 * pad
+    # Drawn on the CPU (the same draws whatever the device, so runs resume identically); on a GPU
+    # copied from pinned memory without blocking, so the host never waits for queued kernels.
+    shifts = _to_device(torch.randint(0, 2 * pad + 1, (2, b), generator=gen), x.device)
+    flips = _to_device(torch.rand(b, generator=gen) < 0.5, x.device)
+    pixels = F.pad(x, (pad, pad, pad, pad)).permute(0, 2, 3, 1).reshape(b * hp * wp, c)
     rows = shifts[0].view(b, 1) + torch.arange(h, device=x.device).view(1, h)
     cols = shifts[1].view(b, 1) + torch.arange(w, device=x.device).view(1, w)
     cols = torch.where(flips.view(b, 1), cols.flip(1), cols)
-    batch = torch.arange(b, device=x.device).view(b, 1, 1)
-    # Advanced indexing over (batch, row, col) picks each image's window in one gather: B x H x W x C.
-    out = padded.permute(0, 2, 3, 1)[batch, rows.view(b, h, 1), cols.view(b, 1, w)]
-    return out.permute(0, 3, 1, 2)
+    first = torch.arange(b, device=x.device).view(b, 1, 1) * hp
+    offsets = (first + rows.view(b, h, 1)) * wp + cols.view(b, 1, w)
+    return pixels.index_select(0, offsets.view(-1)).view(b, h, w, c).permute(0, 3, 1, 2)
+
+
+def _to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    if device.type == "cpu":
+        return t
+    return t.pin_memory().to(device, non_blocking=True)

@@ -1,0 +1,111 @@
+"""The tensor data path: sharding identical to DistributedSampler, correct augmentation, exact normalisation."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils.data import TensorDataset as TorchTensorDataset
+from torch.utils.data.distributed import DistributedSampler
+
+from trainer import data
+
+
+@pytest.mark.parametrize("n", [1, 7, 10, 11, 97, 1347])
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
+def test_epoch_indices_are_exactly_distributed_samplers(n: int, world_size: int) -> None:
+    """Same indices, same order, for every rank and epoch, including sizes that do not divide
+    evenly (DistributedSampler then repeats the first indices to pad every rank to the same length)."""
+    dataset = TorchTensorDataset(torch.arange(n))
+    for rank, epoch, seed in itertools.product(range(world_size), range(3), (0, 5)):
+        sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
+        sampler.set_epoch(epoch)
+        expected = list(sampler)
+        got = data.epoch_indices(n, world_size, rank, epoch, seed)
+        assert got.dtype == torch.int64
+        assert got.tolist() == expected, (n, world_size, rank, epoch, seed)
+
+
+def test_shards_cover_the_data_and_change_with_the_epoch() -> None:
+    n, world = 11, 3
+    shards = [data.epoch_indices(n, world, r, 0, 0) for r in range(world)]
+    assert {len(s) for s in shards} == {4}  # ceil(11 / 3), padded
+    assert set(torch.cat(shards).tolist()) == set(range(n))
+    assert data.epoch_indices(n, world, 0, 0, 0).tolist() != data.epoch_indices(n, world, 0, 1, 0).tolist()
+
+
+@pytest.mark.parametrize("n,world_size", [(10, 3), (10_000, 3), (7, 4), (1, 2)])
+def test_eval_shards_cover_the_test_set_exactly_once(n: int, world_size: int) -> None:
+    covered = [i for r in range(world_size) for i in range(n)[data.eval_shard(n, world_size, r)]]
+    assert covered == list(range(n))
+
+
+def _dataset(n: int = 64) -> data.TensorDataset:
+    return data.load_synthetic_cifar10(n, 8, seed=3)
+
+
+def test_prepare_without_augmentation_normalises_exactly() -> None:
+    d = _dataset()
+    x = d.train_x[:16]
+    reference = (x.float() / 255 - d.mean.view(1, -1, 1, 1)) / d.std.view(1, -1, 1, 1)
+    for channels_last in (False, True):
+        out = data.prepare(x, d, augment=False, gen=None, channels_last=channels_last)
+        assert out.shape == (16, 3, 32, 32) and out.dtype == torch.float32
+        assert out.is_contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+        torch.testing.assert_close(out, reference, atol=1e-5, rtol=1e-5)
+    assert d.train_x.dtype == torch.uint8  # held as bytes; floats only per batch
+
+
+def _crops(image: torch.Tensor, pad: int) -> dict[tuple[int, int, bool], torch.Tensor]:
+    """Every crop RandomCrop(padding=pad) + RandomHorizontalFlip could produce from one image."""
+    c, h, w = image.shape
+    padded = F.pad(image, (pad, pad, pad, pad))  # zero = black, as torchvision pads PIL images
+    out = {}
+    for dy, dx in itertools.product(range(2 * pad + 1), repeat=2):
+        crop = padded[:, dy:dy + h, dx:dx + w]
+        out[(dy, dx, False)] = crop
+        out[(dy, dx, True)] = crop.flip(2)
+    return out
+
+
+def test_random_crop_flip_is_a_crop_within_the_padding_and_a_flip() -> None:
+    d = _dataset(512)
+    x = d.train_x
+    pad = 4
+    out = data.random_crop_flip(x, data.batch_generator(0, 0, 0, 0), pad=pad)
+    assert out.shape == x.shape and out.dtype == torch.uint8
+    seen = set()
+    for i in range(len(x)):
+        matches = [key for key, crop in _crops(x[i], pad).items() if torch.equal(crop, out[i])]
+        assert matches, f"image {i} is not a {pad}-pixel crop (optionally flipped) of its padded input"
+        seen.update(matches)
+    # Over 512 images every shift in [0, 2*pad] and both flips occur: shifts are not stuck at 0.
+    assert {k[0] for k in seen} == set(range(2 * pad + 1)) == {k[1] for k in seen}
+    assert {k[2] for k in seen} == {False, True}
+    flipped = sum(1 for k in seen if k[2])
+    assert 0.3 < flipped / len(seen) < 0.7
+
+
+def test_augmentation_is_a_function_of_seed_epoch_step_rank() -> None:
+    """So a resumed run draws the same crops, and ranks and steps draw different ones."""
+    x = _dataset().train_x[:32]
+
+    def draw(*key: int) -> torch.Tensor:
+        return data.random_crop_flip(x, data.batch_generator(*key))
+
+    assert torch.equal(draw(0, 1, 2, 0), draw(0, 1, 2, 0))
+    assert not torch.equal(draw(0, 1, 2, 0), draw(0, 1, 2, 1))
+    assert not torch.equal(draw(0, 1, 2, 0), draw(0, 1, 3, 0))
+
+
+def test_prepare_with_augmentation_normalises_the_crop() -> None:
+    d = _dataset()
+    x = d.train_x[:16]
+    gen_key = (1, 2, 3, 0)
+    crops = data.random_crop_flip(x, data.batch_generator(*gen_key))
+    out = data.prepare(x, d, augment=True, gen=data.batch_generator(*gen_key), channels_last=True)
+    reference = data.prepare(crops.contiguous(), d, augment=False, gen=None)
+    assert out.is_contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(out, reference, atol=1e-5, rtol=1e-5)
