@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import os
+from collections.abc import Mapping
 
 import torch
 import torch.distributed as dist
@@ -15,14 +16,44 @@ class GpuUnavailableError(RuntimeError):
     pass
 
 
-def set_threads(threads: int) -> None:
-    """Use exactly the CPUs the task was given: more threads than cores made the seed 3x slower."""
-    os.environ["OMP_NUM_THREADS"] = str(threads)  # for any subprocess (e.g. data download)
-    torch.set_num_threads(threads)
+# Read by OpenMP, MKL and OpenBLAS in any process this one starts (a download, a DataLoader worker).
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on: SLURM's task binding (cgroup or affinity mask) shows up here."""
     try:
-        torch.set_num_interop_threads(max(1, min(threads, 2)))
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def thread_count(requested: int, environ: Mapping[str, str], usable: int) -> int:
+    """The profile's cpus_per_task, never more than SLURM granted (SLURM_CPUS_PER_TASK) or than the
+    CPUs this process may use: more threads than cores made the seed 3x slower on two cores."""
+    count = requested
+    granted = environ.get("SLURM_CPUS_PER_TASK", "")
+    if granted.isdigit() and int(granted) > 0:
+        count = min(count, int(granted))
+    return max(1, min(count, usable))
+
+
+def set_threads(requested: int, environ: Mapping[str, str] | None = None) -> int:
+    """Set this process's CPU threads, once, before torch does any work; returns the count.
+
+    The one place in the project that sets threads. Called first thing in `trainer.train.run`.
+    """
+    count = thread_count(requested, os.environ if environ is None else environ, usable_cpus())
+    for name in THREAD_VARIABLES:
+        os.environ[name] = str(count)
+    torch.set_num_threads(count)
+    try:
+        # Inter-op threads run independent ops concurrently; with one intra-op thread per core
+        # already busy they would only oversubscribe.
+        torch.set_num_interop_threads(1)
     except RuntimeError:
-        pass  # already set: interop threads can only be set before the first parallel work
+        pass  # already set in this process (e.g. a second in-process run): can only be set once
+    return count
 
 
 def pick_device(use_gpus: bool, env: DistEnv) -> torch.device:
@@ -36,6 +67,11 @@ def pick_device(use_gpus: bool, env: DistEnv) -> torch.device:
     # SLURM may hide all but the task's own GPU(s) with CUDA_VISIBLE_DEVICES.
     index = env.local_rank % count
     torch.cuda.set_device(index)
+    # Fixed input shapes: let cuDNN pick the fastest convolution algorithms once; TF32 for any
+    # float32 matmul left outside bf16 autocast.
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
     return torch.device("cuda", index)
 
 
@@ -51,7 +87,9 @@ def init_process_group(env: DistEnv, device: torch.device, init_timeout_s: int, 
     store = dist.TCPStore(env.master_addr, env.master_port, env.world_size, is_master=env.rank == 0,
                           timeout=datetime.timedelta(seconds=init_timeout_s), wait_for_workers=True)
     dist.init_process_group(
-        backend="nccl" if device.type == "cuda" else "gloo",
+        # On GPUs, NCCL for CUDA tensors and gloo for the few CPU tensors (stop flags, data-ready
+        # flags): an NCCL-only group rejects CPU tensors.
+        backend="cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo",
         store=store,
         rank=env.rank,
         world_size=env.world_size,
