@@ -19,8 +19,10 @@ class Outcome:
 
 def _error_text(err: BaseException) -> tuple[str, str]:
     text = str(err).strip()
-    lines = [line for line in text.splitlines() if line.strip()]
-    # submitit wraps the rank's traceback; its last line is the exception itself.
+    # submitit wraps the rank's traceback between "-----" rules and then lists the log paths; the
+    # traceback's last line is the exception itself.
+    body = text.split("\nYou can check full logs")[0]
+    lines = [line.strip() for line in body.splitlines() if line.strip() and not line.startswith("-----")]
     return (lines[-1] if lines else type(err).__name__), text
 
 

@@ -7,6 +7,7 @@ that creates executors and queues work.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import sys
 from dataclasses import asdict, dataclass, field
@@ -16,6 +17,7 @@ from typing import Any
 from launcher.profile import Profile
 from launcher.resolve import project_path
 from trainer.config import JobConfig, RunSettings
+from trainer.schema import ConfigError
 
 # Every SLURM task is killed as soon as one exits with an error, so a crashed rank ends the job
 # instead of leaving its peers waiting in a collective.
@@ -63,16 +65,39 @@ class Submission:
         }
 
 
-def quote_setup_line(line: str) -> str:
-    """A setup line as one simple command: words re-quoted so metacharacters never execute."""
-    return shlex.join(shlex.split(line))
+def quote_setup_line(line: str, key: str = "setup") -> str:
+    """A setup line as one simple command: words re-quoted so metacharacters never execute
+    (`echo a; touch x` runs echo with the words 'a;', 'touch' and 'x')."""
+    try:
+        return shlex.join(shlex.split(line))
+    except ValueError as err:  # unbalanced quotes
+        raise ConfigError(f"profile.{key}: {line!r} is not a command line ({err}); each setup line is "
+                          f"one command whose words are quoted before they reach the script") from None
 
 
 def setup_lines(profile: Profile, client_env: dict[str, str]) -> list[str]:
-    lines = [quote_setup_line(line) for line in profile.setup]
-    env = {**client_env, "SUBMITIT_PREEMPT_SIGNAL": profile.signal, **profile.env}
-    lines += [f"export {key}={shlex.quote(value)}" for key, value in env.items()]
+    """The batch script's setup: exports first (setup commands may read them), then the profile's
+    commands. Every value is quoted: nothing from a profile or --set is interpreted by the shell."""
+    # OMP_NUM_THREADS: libraries that start thread pools before the trainer sets its thread count
+    # (torch reads it at import) use the task's CPUs, not the whole node's.
+    env = {**client_env, "SUBMITIT_PREEMPT_SIGNAL": profile.signal,
+           "OMP_NUM_THREADS": str(profile.cpus_per_task), **profile.env}
+    lines = [f"export {key}={shlex.quote(value)}" for key, value in env.items()]
+    lines += [quote_setup_line(line, f"setup[{i}]") for i, line in enumerate(profile.setup)]
     return lines
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def check_one_line(values: dict[str, str]) -> None:
+    """Values written into `#SBATCH --key=value` lines must stay on their line: submitit quotes them
+    for sbatch, but a newline would end the directive and start a shell command in the script."""
+    for key, value in values.items():
+        found = _CONTROL.search(value)
+        if found:
+            raise ConfigError(f"{key}: {value!r} contains the control character {found.group()!r}; "
+                              f"SLURM options are single-line text")
 
 
 def executor_parameters(profile: Profile, job_name: str, log_dir: Path, client_env: dict[str, str],
@@ -83,6 +108,8 @@ def executor_parameters(profile: Profile, job_name: str, log_dir: Path, client_e
     if profile.executor == "local":
         return {"timeout_min": profile.time_min, "tasks_per_node": profile.tasks_per_node, "nodes": 1,
                 "gpus_per_node": profile.gpus_per_node, "signal_delay_s": profile.signal_delay_s}
+    check_one_line({"job.name": job_name, "profile.constraint": profile.constraint,
+                    **{f"profile.sbatch_extra.{k}": v for k, v in profile.sbatch_extra.items()}})
     params: dict[str, Any] = {
         "job_name": job_name, "time": profile.time_min, "nodes": profile.nodes,
         "ntasks_per_node": profile.tasks_per_node, "cpus_per_task": profile.cpus_per_task,
