@@ -23,7 +23,8 @@ def first_host(nodelist: str) -> str:
 
 
 def _split_top_level(text: str) -> list[str]:
-    """Split on commas that are not inside brackets."""
+    """Split on commas and whitespace that are not inside brackets (SLURM accepts "n1, n2" and
+    "n1 n2" as two hosts)."""
     items, depth, start = [], 0, 0
     for i, ch in enumerate(text):
         if ch == "[":
@@ -32,7 +33,7 @@ def _split_top_level(text: str) -> list[str]:
             depth -= 1
             if depth < 0:
                 raise ValueError(f"unbalanced ']' in node list {text!r}")
-        elif ch == "," and depth == 0:
+        elif (ch == "," or ch.isspace()) and depth == 0:
             items.append(text[start:i])
             start = i + 1
     if depth:
