@@ -1,0 +1,168 @@
+"""Collect a run's results: per-task result.json and curves, and for sweeps a table and a plot.
+
+    runs/<sweep>/summary.csv   one row per task: task, the swept keys, state, final metrics, wall time,
+                               restarts, job id, error; sorted by the job's target metric (best first)
+    runs/<sweep>/summary.md    the same as a Markdown table
+    runs/<sweep>/summary.png   the target metric against the swept key(s)
+    runs/<sweep>/task-NNNN/    each task's own run folder (metrics.jsonl, curves.png, result.json, ...)
+
+`collect()` can run at any time, as often as wanted (while a sweep runs, from `status`, after a
+`--resume`): it rebuilds everything from the run folder and the scheduler's state.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+from launcher import plots, runs
+from launcher.sweep import swept_keys
+from launcher.taskstate import ACTIVE, RunInfo, TaskState, load_run, task_states
+
+METRIC_COLUMNS = ["test_accuracy", "test_loss", "train_loss", "images_per_second", "epochs", "steps"]
+TAIL_COLUMNS = ["wall_time_s", "restarts", "job_id", "error"]
+SUMMARY_CSV, SUMMARY_MD, SUMMARY_PNG = "summary.csv", "summary.md", "summary.png"
+
+
+def rows_of(info: RunInfo, states: list[TaskState]) -> tuple[list[dict[str, Any]], list[str]]:
+    """One row per task and the swept keys (the overrides' keys, in the order the sweep names them)."""
+    swept = swept_keys(info.overrides)
+    rows = []
+    for ts in states:
+        result = ts.result or _recorded_result(ts)
+        row: dict[str, Any] = {"task": ts.task, **{k: ts.overrides.get(k) for k in swept}, "state": ts.state}
+        for key in METRIC_COLUMNS:
+            row[key] = result.get(key) if result and ts.state == "completed" else None
+        row.update(wall_time_s=None if ts.wall_time_s is None else round(ts.wall_time_s, 1),
+                   restarts=ts.restarts, job_id=ts.job_id, error=ts.error or "")
+        rows.append(row)
+    return rows, swept
+
+
+def _recorded_result(ts: TaskState) -> dict[str, Any] | None:
+    path = ts.task_dir / "result.json"
+    if ts.state != "completed" or not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except ValueError:
+        return None
+
+
+def sort_rows(rows: list[dict[str, Any]], metric: str, mode: str) -> list[dict[str, Any]]:
+    """Completed tasks best first by `metric`; the others after them, in task order."""
+    scored = [r for r in rows if r["state"] == "completed" and isinstance(r.get(metric), (int, float))]
+    rest = [r for r in rows if r not in scored]
+    scored.sort(key=lambda r: (-r[metric] if mode == "max" else r[metric], r["task"]))
+    return scored + sorted(rest, key=lambda r: r["task"])
+
+
+def _cell(key: str, value: Any) -> str:
+    """Metrics to 4 decimals, throughput and times rounded; swept values exactly as given."""
+    if value is None:
+        return ""
+    if isinstance(value, float) and key in ("test_accuracy", "test_loss", "train_loss"):
+        return f"{value:.4f}"
+    if isinstance(value, float) and key in ("images_per_second", "wall_time_s"):
+        return f"{value:.0f}" if key == "images_per_second" else f"{value:.1f}"
+    return str(value)
+
+
+def to_csv(rows: list[dict[str, Any]], columns: list[str]) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: "" if row.get(k) is None else row.get(k) for k in columns})
+    return buffer.getvalue()
+
+
+def to_markdown(rows: list[dict[str, Any]], columns: list[str], title: str) -> str:
+    def esc(text: str) -> str:
+        return text.replace("|", "\\|").replace("\n", " ")
+
+    lines = [f"# {title}", "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(esc(_cell(k, row.get(k))) for k in columns) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _write_if_changed(path: Path, text: str) -> bool:
+    if path.exists() and path.read_text() == text:
+        return False
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+    return True
+
+
+def overall_state(states: list[TaskState]) -> str:
+    if any(s.state == "running" for s in states):
+        return "running"
+    if any(s.state in ACTIVE for s in states):
+        return "pending" if all(s.state in ACTIVE for s in states) else "running"
+    if all(s.state == "completed" for s in states):
+        return "completed"
+    if all(s.state in ("completed", "cancelled") for s in states):
+        return "cancelled"
+    return "failed"
+
+
+def _write_task_results(info: RunInfo, states: list[TaskState]) -> None:
+    """Each completed task's final metrics as result.json in its folder, and its curves picture."""
+    for ts in states:
+        if ts.state == "completed" and ts.result and not (ts.task_dir / "result.json").exists():
+            ts.task_dir.mkdir(parents=True, exist_ok=True)
+            runs.write_result(ts.task_dir, {**ts.result, "state": "COMPLETED", "job_id": ts.job_id,
+                                            "restarts": ts.restarts, "task": ts.task,
+                                            "overrides": ts.overrides})
+        if ts.task_dir.is_dir():
+            title = f"{info.run_dir.name}" + (f" task {ts.task}: " + ", ".join(
+                f"{k}={v}" for k, v in ts.overrides.items()) if info.is_sweep else "")
+            plots.write_curves(ts.task_dir, title)
+
+
+def collect(run_dir: Path, states: list[TaskState] | None = None) -> dict[str, Any]:
+    """(Re)build the run's result files from its folder and the scheduler; return a short summary."""
+    info = load_run(run_dir)
+    states = task_states(info) if states is None else states
+    _write_task_results(info, states)
+    metric, mode = info.target
+    state = overall_state(states)
+    summary: dict[str, Any] = {"run_dir": str(run_dir), "state": state, "tasks": len(states),
+                               "counts": _counts(states), "target_metric": metric}
+    if info.is_sweep:
+        rows, swept = rows_of(info, states)
+        rows = sort_rows(rows, metric, mode)
+        columns = ["task", *swept, "state", *METRIC_COLUMNS, *TAIL_COLUMNS]
+        csv_text = to_csv(rows, columns)
+        title = (f"{run_dir.name}: {len(rows)} tasks, sorted by {metric} ({mode}); "
+                 + ", ".join(f"{n} {k}" for k, n in summary["counts"].items()))
+        changed = _write_if_changed(run_dir / SUMMARY_CSV, csv_text)
+        _write_if_changed(run_dir / SUMMARY_MD, to_markdown(rows, columns, title)
+                          + f"\n![{metric} vs {', '.join(swept)}]({SUMMARY_PNG})\n")
+        if changed or not (run_dir / SUMMARY_PNG).exists():
+            plots.write_sweep_plot(rows, swept, metric, run_dir / SUMMARY_PNG, run_dir.name)
+        summary.update(swept=swept, rows=rows, summary_csv=str(run_dir / SUMMARY_CSV))
+        best = rows[0] if rows and rows[0]["state"] == "completed" else None
+    else:
+        result = states[0].result or _recorded_result(states[0]) if states else None
+        if states and states[0].state == "completed" and result and not (run_dir / "result.json").exists():
+            runs.write_result(run_dir, {**result, "run_dir": str(run_dir), "job_id": states[0].job_id,
+                                        "state": "COMPLETED", "restarts": states[0].restarts})
+        best = {metric: result.get(metric)} if result and states[0].state == "completed" else None
+    summary["best"] = best
+    if state not in ("running", "pending"):
+        # Cached for `list`, which then needs no scheduler call for finished runs.
+        runs.update_record(run_dir, state=state.upper(),
+                           best={metric: best.get(metric), "task": best.get("task")} if best else None)
+    return summary
+
+
+def _counts(states: list[TaskState]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for s in states:
+        counts[s.state] = counts.get(s.state, 0) + 1
+    return counts
