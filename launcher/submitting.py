@@ -5,17 +5,22 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from launcher import preflight, runs, submission
 from launcher.cli import EXIT_FAILED, EXIT_OK, emit, relative
 from launcher.resolve import resolve
-from launcher.sweep import expand
+from launcher.sweep import expand, write_tasks
 from trainer.schema import ConfigError
 
 
 def submit(args: argparse.Namespace, argv: list[str]) -> int:
+    if args.resume:
+        from launcher.resume import resume
+
+        return resume(args, argv)
     resolved = resolve(args.profile, args.job, args.sets)
     profile, job = resolved.profile, resolved.job
     if args.wait:
@@ -36,7 +41,7 @@ def submit(args: argparse.Namespace, argv: list[str]) -> int:
         # --dry-run still shows the script where the cluster cannot be asked (a laptop).
         chunk = slurm_preflight.check(sub, resolved.profile_source, required=not args.dry_run)
     if args.dry_run:
-        return dry_run(sub, args.json)
+        return dry_run(sub, args.json, chunk)
     return send_and_report(sub, args, argv, chunk)
 
 
@@ -47,14 +52,21 @@ def _job_ids_of(run_dir: Path) -> list[str]:
         raise ConfigError(f"--after {run_dir}: not a run folder (no readable {runs.RUN_FILE})") from None
     if not ids:
         raise ConfigError(f"--after {run_dir}: that run has no SLURM job id to depend on")
-    return [str(i).split("_")[0] for i in ids]
+    if runs.read_record(run_dir).get("resumes"):
+        # A resumed sweep's first array has failed tasks (afterok on it never holds): depend on the
+        # job that ran each task last instead.
+        return [str(i) for i in ids]
+    return list(dict.fromkeys(str(i).split("_")[0] for i in ids))
 
 
-def dry_run(sub: submission.Submission, as_json: bool) -> int:
+def dry_run(sub: submission.Submission, as_json: bool, chunk: int | None = None) -> int:
     import yaml
 
     description = sub.describe()
     text = yaml.safe_dump({k: v for k, v in description.items() if v is not None}, sort_keys=False)
+    if sub.is_array:
+        text += sweep_listing(sub, chunk)
+        description["task_dirs"] = [t.settings.run_dir for t in sub.tasks]
     if sub.executor == "slurm":
         from launcher.send import sbatch_script
 
@@ -71,6 +83,8 @@ def send_and_report(sub: submission.Submission, args: argparse.Namespace, argv: 
     from launcher.send import send
 
     runs.create(sub.run_dir, sub.describe(), ["submit.py", *argv])
+    write_tasks(sub.run_dir, [(i, t.overrides, asdict(t.job), t.settings.run_dir)
+                              for i, t in enumerate(sub.tasks)])
     jobs = send(sub, chunk)
     job_ids = [str(j.job_id) for j in jobs]
     record = runs.update_record(sub.run_dir, job_ids=job_ids)
@@ -102,6 +116,9 @@ def send_and_report(sub: submission.Submission, args: argparse.Namespace, argv: 
     result.update(_restarts(sub.run_dir))
     runs.write_result(sub.run_dir, result)
     runs.update_record(sub.run_dir, state="COMPLETED")
+    from launcher import plots
+
+    plots.write_curves(sub.run_dir)
     human = (f"run folder: {where}\n"
              f"test_accuracy {result['test_accuracy']:.4f}  test_loss {result['test_loss']:.4f}  "
              f"epochs {result['epochs']}  world_size {result['world_size']}  "
@@ -123,3 +140,14 @@ def _id_summary(job_ids: list[str]) -> str:
         return job_ids[0]
     return f"array {', '.join(arrays)} ({len(job_ids)} tasks)"
 
+
+def sweep_listing(sub: submission.Submission, chunk: int | None) -> str:
+    """The expanded tasks of a sweep, one line each, and how the array is split (for --dry-run)."""
+    lines = [f"\n# {len(sub.tasks)} sweep task(s), one job array element each:"]
+    lines += [f"#   task-{i:04d}: " + " ".join(f"{k}={v}" for k, v in t.overrides.items())
+              for i, t in enumerate(sub.tasks)]
+    if chunk and chunk < len(sub.tasks):
+        pieces = -(-len(sub.tasks) // chunk)
+        lines.append(f"# split into {pieces} arrays of at most {chunk} tasks (the cluster's MaxArraySize or "
+                     f"profile.max_array_size); one sbatch per array")
+    return "\n".join(lines) + "\n"
