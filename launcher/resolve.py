@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,9 +26,17 @@ class Resolved:
     sweep: dict[str, Any] | None = None
 
 
+def _string_fields(cls: type) -> set[str]:
+    hints = typing.get_type_hints(cls)
+    return {name for name, tp in hints.items() if tp is str}
+
+
 def parse_overrides(items: list[str]) -> dict[str, dict[str, Any]]:
-    """`--set job.epochs=3` -> {"job": {"epochs": 3}}; values are YAML scalars."""
+    """`--set job.epochs=3` -> {"job": {"epochs": 3}}; values are YAML scalars, except for string
+    fields, which take the text as written (YAML would read "5:1" as the number 301)."""
     import yaml
+
+    strings = {"job": _string_fields(JobConfig), "profile": _string_fields(Profile)}
 
     out: dict[str, dict[str, Any]] = {"job": {}, "profile": {}}
     for item in items:
@@ -38,6 +47,9 @@ def parse_overrides(items: list[str]) -> dict[str, dict[str, Any]]:
                               f"(for example --set job.epochs=3)")
         if scope not in SCOPES:
             raise ConfigError(f"--set {item}: '{scope}' is not a scope; use one of: job, profile")
+        if name in strings[scope]:
+            _set_dotted(out[scope], name, raw)
+            continue
         try:
             value = yaml.safe_load(raw) if raw.strip() else ""
         except yaml.YAMLError:

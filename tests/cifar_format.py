@@ -41,7 +41,7 @@ def random_cifar10(root: Path, n_train: int = 500, n_test: int = 100, seed: int 
     def make(n: int) -> tuple[np.ndarray, np.ndarray]:
         y = rng.integers(0, 10, n)
         tint = (np.arange(10)[:, None] * np.array([25, 60, 95]) % 256)[y][:, None, None, :]
-        x = (0.5 * tint + 0.5 * rng.integers(0, 256, (n, 32, 32, 3))).astype(np.uint8)
+        x = (0.8 * tint + 0.2 * rng.integers(0, 256, (n, 32, 32, 3))).astype(np.uint8)
         return x, y
 
     return write_cifar10(root, *make(n_train), *make(n_test))

@@ -84,18 +84,19 @@ def init_process_group(env: DistEnv, device: torch.device, init_timeout_s: int, 
     """
     if not env.distributed or dist.is_initialized():
         return
+    # On GPUs, NCCL for CUDA tensors and gloo for the few CPU tensors (stop flags, data-ready flags):
+    # an NCCL-only group rejects CPU tensors.
+    backend = "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"
+    timeout = datetime.timedelta(seconds=collective_timeout_s)
+    device_id = device if device.type == "cuda" else None
+    if env.launcher == "torchrun":
+        # torchrun's agent already serves the rendezvous store on MASTER_PORT; env:// joins it.
+        dist.init_process_group(backend=backend, init_method="env://", timeout=timeout, device_id=device_id)
+        return
     store = dist.TCPStore(env.master_addr, env.master_port, env.world_size, is_master=env.rank == 0,
                           timeout=datetime.timedelta(seconds=init_timeout_s), wait_for_workers=True)
-    dist.init_process_group(
-        # On GPUs, NCCL for CUDA tensors and gloo for the few CPU tensors (stop flags, data-ready
-        # flags): an NCCL-only group rejects CPU tensors.
-        backend="cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo",
-        store=store,
-        rank=env.rank,
-        world_size=env.world_size,
-        timeout=datetime.timedelta(seconds=collective_timeout_s),
-        device_id=device if device.type == "cuda" else None,
-    )
+    dist.init_process_group(backend=backend, store=store, rank=env.rank, world_size=env.world_size,
+                            timeout=timeout, device_id=device_id)
 
 
 def destroy_process_group() -> None:

@@ -1,0 +1,122 @@
+"""Real runs of the embedded default and the other executors: local (2 processes), debug, torchrun."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.helpers import ROOT, last_json, run_submit
+
+CONTRACT = ("run_dir", "world_size", "test_accuracy", "test_loss", "epochs", "images_per_second")
+
+
+def test_embedded_default_trains_digits_on_two_local_ranks(tmp_path: Path) -> None:
+    proc = run_submit(["--json"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    result = last_json(proc.stdout)
+    for key in CONTRACT:
+        assert key in result
+    assert result["world_size"] == 2
+    assert result["test_accuracy"] >= 0.97
+    run_dir = Path(result["run_dir"])
+    assert run_dir.parent == tmp_path / "runs"
+    assert "run folder" in proc.stdout and "test_accuracy" in proc.stdout
+    # The run folder holds the resolved config, per-task logs, metrics and the final weights.
+    for name in ("run.json", "profile.yaml", "job.yaml", "metrics.jsonl", "model_final.pt", "result.json"):
+        assert (run_dir / name).is_file(), name
+    epochs = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [e["epoch"] for e in epochs] == list(range(1, result["epochs"] + 1))
+    assert all({"train_loss", "images_per_second", "epoch_time_s"} <= set(e) for e in epochs)
+    assert "global_batch_size: 64" in (run_dir / "job.yaml").read_text()
+    logs = sorted(p.name for p in run_dir.glob("logs/*/*_log.out"))
+    assert len(logs) == 2, logs  # one log per rank
+
+
+def test_debug_executor_runs_in_process(tmp_path: Path) -> None:
+    proc = run_submit(["--profile", "debug", "--set", "job.epochs=2", "--json"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    result = last_json(proc.stdout)
+    assert result["world_size"] == 1
+    assert result["epochs"] == 2
+    assert result["test_accuracy"] > 0.8
+
+
+def test_debug_executor_stops_at_a_breakpoint(tmp_path: Path) -> None:
+    """pdb works: a breakpoint() in the training function is reached in the submitter's own process."""
+    job = tmp_path / "bp.yaml"
+    job.write_text("extends: digits\nepochs: 1\n")
+    env = {"PYTHONBREAKPOINT": "pdb.set_trace"}
+    code = ("import sys, trainer.train as t\n"
+            "orig = t.Trainer.fit\n"
+            "def fit(self):\n    breakpoint()\n    return orig(self)\n"
+            "t.Trainer.fit = fit\n"
+            f"sys.argv = ['submit.py', '--profile', 'debug', '--job', {str(job)!r}]\n"
+            "from launcher.cli import main\nsys.exit(main())\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, input="p self.env.launcher\nc\n",
+                          capture_output=True, text=True, timeout=300, env={**os.environ, **env,
+                                                                            "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    assert "(Pdb)" in proc.stdout and "'single'" in proc.stdout
+
+
+def test_torchrun_runs_the_trainer_unchanged(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+         "-m", "trainer", "--job", "digits", "--run-dir", str(tmp_path / "run")],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    result = last_json(proc.stdout)
+    assert result["world_size"] == 2
+    assert result["test_accuracy"] >= 0.97
+    assert (tmp_path / "run" / "model_final.pt").is_file()
+
+
+def test_a_failing_rank_fails_the_run_with_exit_1_naming_the_rank(tmp_path: Path) -> None:
+    proc = run_submit(["--set", "job.fail_at=5:1", "--json"], cwd=tmp_path)
+    assert proc.returncode == 1
+    assert "failed on rank 1" in proc.stderr
+    assert "injected failure at step 5 on rank 1" in proc.stderr
+    assert last_json(proc.stdout)["state"] == "FAILED"
+
+
+def _final_weights(tmp_path: Path, name: str, ranks: int, batch: int, train_size: int = 512) -> dict:
+    job = tmp_path / f"{name}.yaml"
+    job.write_text(f"name: {name}\nmodel: lenet\ndataset: synthetic-cifar10\nsynthetic_train_size: {train_size}\n"
+                   f"synthetic_test_size: 64\nepochs: 1\nbatch_size_per_rank: {batch}\nlr: 0.05\nmomentum: 0.9\n")
+    proc = run_submit(["--job", str(job), "--set", f"profile.tasks_per_node={ranks}", "--json"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    return torch.load(Path(last_json(proc.stdout)["run_dir"]) / "model_final.pt")
+
+
+def test_ddp_averages_gradients_like_one_process_on_the_concatenated_batch(tmp_path: Path) -> None:
+    """2 ranks x batch B for 8 steps == 1 process x batch 2B: DistributedSampler gives rank r the items
+    r, r+2, ... of the epoch's permutation, so each step's union is the single process's batch."""
+    ddp = _final_weights(tmp_path, "ddp", ranks=2, batch=32)
+    single = _final_weights(tmp_path, "single", ranks=1, batch=64)
+    other = _final_weights(tmp_path, "half", ranks=1, batch=32, train_size=256)  # different data: must differ
+    for key in single:
+        torch.testing.assert_close(ddp[key], single[key], rtol=1e-4, atol=1e-5)
+    assert any(not torch.allclose(other[k], single[k], rtol=1e-3, atol=1e-4) for k in single)
+
+
+@pytest.mark.parametrize("args", [["--help"], ["--dry-run"], ["--profile", "slurm-gpu", "--dry-run", "--json"]])
+def test_help_and_dry_run_do_not_import_torch(tmp_path: Path, args: list[str]) -> None:
+    code = ("import sys; sys.argv = ['submit.py', *sys.argv[1:]]\n"
+            "from launcher.cli import main\n"
+            "try:\n    rc = main()\nexcept SystemExit as e:\n    rc = e.code\n"
+            "print('TORCH_IMPORTED' if 'torch' in sys.modules else 'NO_TORCH'); sys.exit(rc)\n")
+    proc = subprocess.run([sys.executable, "-c", code, *args], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    if "slurm-gpu" in args and proc.returncode == 2:
+        # Without a reachable SLURM controller the preflight refuses; torch must still not load.
+        assert "error:" in proc.stderr
+    else:
+        assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "NO_TORCH"
+    assert not (tmp_path / "runs").exists()
