@@ -216,6 +216,16 @@ def check_request(sub: Submission, partitions: dict[str, Partition], source: str
     if part.max_nodes is not None and profile.nodes > part.max_nodes:
         raise ConfigError(f"profile.nodes: {profile.nodes} exceeds {where}'s MaxNodes of {part.max_nodes} "
                           f"({source})")
+    # GPUs first: with one task per GPU, too many GPUs also means too many CPUs, and the GPU count
+    # is the number the user chose.
+    if profile.gpus_per_node:
+        most_gpus = max(n.gpus for n in part.nodes)
+        if not most_gpus:
+            raise ConfigError(f"profile.gpus_per_node: {profile.gpus_per_node}, but no node of {where} has "
+                              f"GPUs (GRES gpu) ({source}); use a GPU partition or gpus_per_node 0")
+        if profile.gpus_per_node > most_gpus:
+            raise ConfigError(f"profile.gpus_per_node: {profile.gpus_per_node} exceeds the {most_gpus} GPU(s) "
+                              f"(GRES gpu) of {where}'s largest node ({source})")
     cpus = profile.tasks_per_node * profile.cpus_per_task
     most_cpus = max(n.cpus for n in part.nodes)
     if part.max_cpus_per_node is not None:
@@ -230,14 +240,6 @@ def check_request(sub: Submission, partitions: dict[str, Partition], source: str
         raise ConfigError(f"profile.mem_per_task_gb: {profile.mem_per_task_gb:g} GB x {profile.tasks_per_node} "
                           f"task(s) = {mem_mb} MB per node exceeds the {most_mem} MB of {where}'s largest node "
                           f"({source})")
-    if profile.gpus_per_node:
-        most_gpus = max(n.gpus for n in part.nodes)
-        if not most_gpus:
-            raise ConfigError(f"profile.gpus_per_node: {profile.gpus_per_node}, but no node of {where} has "
-                              f"GPUs (GRES gpu) ({source}); use a GPU partition or gpus_per_node 0")
-        if profile.gpus_per_node > most_gpus:
-            raise ConfigError(f"profile.gpus_per_node: {profile.gpus_per_node} exceeds the {most_gpus} GPU(s) "
-                              f"(GRES gpu) of {where}'s largest node ({source})")
     # Each check above passes on some node; the request needs `nodes` nodes that pass all of them.
     fitting = [n for n in part.nodes
                if n.cpus >= cpus and n.memory_mb >= mem_mb and n.gpus >= profile.gpus_per_node]
