@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -110,7 +109,7 @@ def send_and_report(sub: submission.Submission, args: argparse.Namespace, argv: 
         print(text, file=sys.stderr)
         runs.update_record(sub.run_dir, state="FAILED", failed_rank=rank, error=short)
         emit("", {"run_dir": str(sub.run_dir), "job_id": job_ids[0], "state": "FAILED", "failed_rank": rank,
-                  "error": short}, args.json)
+                  "error": short, **_restarts(sub.run_dir)}, args.json)
         return EXIT_FAILED
     result = {**done.result, "run_dir": str(sub.run_dir), "job_id": job_ids[0], "state": "COMPLETED"}
     result.update(_restarts(sub.run_dir))
@@ -123,15 +122,19 @@ def send_and_report(sub: submission.Submission, args: argparse.Namespace, argv: 
              f"test_accuracy {result['test_accuracy']:.4f}  test_loss {result['test_loss']:.4f}  "
              f"epochs {result['epochs']}  world_size {result['world_size']}  "
              f"images/s {result['images_per_second']:.0f}")
+    if result.get("restarts"):
+        from launcher import restarts
+
+        human += f"\n{restarts.read(sub.run_dir).summary()}"
     emit(human, result, args.json)
     return EXIT_OK
 
 
 def _restarts(run_dir: Path) -> dict[str, Any]:
-    """How many times the run was restarted (requeued or resumed), from the trainer's event log."""
-    path = run_dir / "events.jsonl"
-    events = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
-    return {"restarts": sum(1 for e in events if e.get("event") == "resumed")}
+    """How many times the run was restarted and why ({"restarts": N, "restart_causes": {...}})."""
+    from launcher import restarts
+
+    return restarts.read(run_dir).as_json()
 
 
 def _id_summary(job_ids: list[str]) -> str:

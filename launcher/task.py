@@ -1,15 +1,91 @@
 """The function submitit runs once per task: it calls the trainer and cooperates with requeueing.
 
 Kept free of torch at import time (the submitter pickles it); the trainer is imported on the node.
+
+How a requeue goes (SLURM's pre-timeout or preemption signal, or the local executor's):
+
+1. The signal lands on some or all ranks. The trainer's handler only records it (submitit's own
+   handler, which would requeue from inside a collective on rank 0 alone, is set aside while
+   training runs); every rank finishes its step and they agree at the step boundary.
+2. Rank 0 writes a checkpoint, then calls `SubmititRequeue`, which runs submitit's own
+   `SignalHandler.checkpoint_and_try_requeue`: time-out or preemption (submitit's rule), the
+   time-out countdown (`max_num_timeout` = profile.max_timeout_requeues; preemptions are not
+   counted), the re-pickled task and `scontrol requeue` (SLURM) or exit code 144 (local). The
+   exit it asks for is deferred, not taken inside the trainer.
+3. Rank 0 tells the others the decision (a broadcast that also keeps them alive until the job is
+   requeued: with `srun --kill-on-bad-exit=1` an early non-zero exit would kill rank 0 first).
+4. Every rank exits with the same code and writes no result file, so the submitter keeps waiting
+   for the requeued job. The next attempt resumes from the checkpoint in the same run folder.
+
+A job that SLURM ends itself (SIGTERM: `scancel`, `scontrol requeue`, node failure) is checkpointed
+if time allows and exits without a result; SLURM decides whether it comes back.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
 from typing import Any
 
 from submitit.helpers import Checkpointable
 
+from trainer import events
 from trainer.config import JobConfig, RunSettings
+from trainer.distenv import resolve
+from trainer.stopping import TERMINATE, StopRequested
+
+# Exit code of ranks that stopped on SIGTERM (128 + 15, what the signal itself would give).
+TERMINATED_EXIT_CODE = 143
+
+
+class NotRequeued(RuntimeError):
+    """The job stopped on its stop signal and checkpointed, but was not requeued."""
+
+
+class SubmititRequeue:
+    """submitit's requeue decision and action, called by the trainer on rank 0 after its checkpoint."""
+
+    def __init__(self, handler: Any, signum: int) -> None:
+        self.handler, self.signum = handler, signum
+
+    @classmethod
+    def current(cls) -> SubmititRequeue | None:
+        """submitit's handler for its requeue signal in this process (None outside a submitit job,
+        e.g. the debug executor, which installs none)."""
+        from submitit.core.job_environment import JobEnvironment, SignalHandler
+
+        try:
+            signum = JobEnvironment._usr_sig()  # the signal submitit itself listens to here
+        except RuntimeError:
+            return None
+        owner = getattr(signal.getsignal(signum), "__self__", None)
+        return cls(owner, signum) if isinstance(owner, SignalHandler) else None
+
+    @property
+    def signal_name(self) -> str:
+        return signal.Signals(self.signum).name.removeprefix("SIG")
+
+    def __call__(self, signal_name: str) -> dict[str, Any]:
+        from submitit.core.utils import UncompletedJobError
+
+        timed_out = self.handler.has_timed_out()
+        reason = "timeout" if timed_out else "preemption"
+        countdown = getattr(getattr(self.handler, "_delayed", None), "_timeout_countdown", None)
+        left = None if countdown is None else countdown - int(timed_out)
+        decision: dict[str, Any] = {"reason": reason, "timeout_requeues_left": left}
+        try:
+            self.handler.checkpoint_and_try_requeue(self.signum)
+        except SystemExit as done:  # requeued: submitit wants the process to end now; we end it later
+            code = done.code if isinstance(done.code, int) else 1
+            return {"requeued": True, "exit_code": code, **decision}
+        except UncompletedJobError as err:  # e.g. "timed-out too many times"
+            return {"requeued": False, "message": str(err), **decision}
+        return {"requeued": False, "message": "submitit did not requeue (not global rank 0)", **decision}
 
 
 class TrainTask(Checkpointable):
@@ -22,4 +98,52 @@ class TrainTask(Checkpointable):
     def __call__(self) -> dict[str, Any]:
         from trainer.train import run
 
-        return run(self.job, self.settings)
+        requeue = SubmititRequeue.current()
+        settings = self.settings
+        if requeue is not None and requeue.signal_name != settings.stop_signal:
+            # The signal submitit acts on (and the local controller sends) is the one that must stop training.
+            settings = dataclasses.replace(settings, stop_signal=requeue.signal_name)
+        self.announce(settings)
+        try:
+            return run(self.job, settings, on_stop=requeue)
+        except StopRequested as stop:
+            self.exit_after_stop(stop)
+            raise  # not reached: exit_after_stop always raises
+
+    def announce(self, settings: RunSettings) -> None:
+        """Mark the start of this attempt in every rank's log (submitit appends each restart to the
+        same files) and, on rank 0, in the run's event log."""
+        env = resolve(os.environ)
+        restart = os.environ.get("SLURM_RESTART_COUNT", "0")
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        slurm = f", SLURM restart count {restart}" if "SLURM_JOB_ID" in os.environ else ""
+        host = env.node if env.node and env.node != "localhost" else socket.gethostname()
+        banner = (f"===== [submit.py] attempt started {stamp}: job {env.job_id or '-'}{slurm}, "
+                  f"rank {env.rank}/{env.world_size} on {host}, pid {os.getpid()} =====")
+        print(banner, flush=True)
+        print(banner, file=sys.stderr, flush=True)
+        if env.is_main:
+            events.append(settings.run_dir, "started", job_id=env.job_id, slurm_restart_count=int(restart),
+                          executor=os.environ.get("SUBMITIT_EXECUTOR", ""), host=host,
+                          world_size=env.world_size)
+
+    def exit_after_stop(self, stop: StopRequested) -> None:
+        """Every rank ends the same way after a stop; only a refused requeue is an error."""
+        step, name, info = stop.step, stop.signal_name, stop.info
+        if stop.requeued:
+            print(f"[task] stopped at step {step} on SIG{name} ({info.get('reason')}): checkpointed and requeued",
+                  flush=True)
+            # SystemExit, not an exception: submitit then writes no result file, and the submitter
+            # keeps waiting for the requeued job instead of reading this attempt as the outcome.
+            raise SystemExit(info.get("exit_code", 1))
+        if stop.kind == TERMINATE:
+            print(f"[task] stopped at step {step} on SIGTERM: checkpointed; the scheduler ends or requeues the job",
+                  flush=True)
+            raise SystemExit(TERMINATED_EXIT_CODE)
+        why = info.get("message") or info.get("reason") or "unknown"
+        task_dir = Path(self.settings.run_dir)
+        run_dir = task_dir.parent if task_dir.name.startswith("task-") else task_dir  # sweep tasks
+        raise NotRequeued(
+            f"stopped at step {step} on SIG{name} ({info.get('reason', 'stop signal')}) and not requeued: {why}. "
+            f"The checkpoint of step {step} is in {task_dir / 'checkpoints'}; "
+            f"continue with: python submit.py --resume {run_dir}") from None

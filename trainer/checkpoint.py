@@ -13,6 +13,7 @@ import io
 import os
 import re
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,11 @@ def save(folder: Path, step: int, state: dict[str, Any], keep: int) -> Path:
     atomic_write(path, digest + b"\n" + payload)
     for old in list_checkpoints(folder)[:-keep]:
         old.unlink(missing_ok=True)
+    # A writer killed between write and rename leaves its temporary file behind; only rank 0 writes,
+    # one checkpoint at a time, so any other temporary file is such a leftover.
+    for stale in folder.glob(".ckpt-*.tmp-*"):
+        if not stale.name.endswith(f".tmp-{os.getpid()}"):
+            stale.unlink(missing_ok=True)
     return path
 
 
@@ -75,11 +81,36 @@ def read(path: Path) -> dict[str, Any]:
     return torch.load(io.BytesIO(payload), map_location="cpu", weights_only=False)
 
 
-def load_latest(folder: Path) -> tuple[dict[str, Any], Path] | None:
-    """The newest checkpoint that loads; bad ones are reported on stderr and skipped."""
+@dataclass
+class Loaded:
+    state: dict[str, Any]
+    path: Path
+    # Newer checkpoints that failed to load, with the reason (reported, then skipped).
+    skipped: list[tuple[Path, str]] = field(default_factory=list)
+
+
+def load_newest_good(folder: Path) -> Loaded | None:
+    """The newest checkpoint that loads; each bad one is reported on stderr and the previous tried.
+
+    None when there is no checkpoint, or none loads (then training starts from scratch, and the
+    report says why).
+    """
+    skipped: list[tuple[Path, str]] = []
     for path in reversed(list_checkpoints(folder)):
         try:
-            return read(path), path
+            state = read(path)
         except Exception as err:  # noqa: BLE001 - any unreadable checkpoint falls back to the previous one
-            print(f"[checkpoint] ignoring {path}: {err}; trying the previous one", file=sys.stderr, flush=True)
+            reason = f"{type(err).__name__}: {err}" if not isinstance(err, ValueError) else str(err)
+            skipped.append((path, reason))
+            print(f"[checkpoint] cannot load {path}: {reason}; trying the previous one", file=sys.stderr, flush=True)
+            continue
+        return Loaded(state, path, skipped)
+    if skipped:
+        print(f"[checkpoint] no checkpoint in {folder} loads; starting from scratch", file=sys.stderr, flush=True)
     return None
+
+
+def load_latest(folder: Path) -> tuple[dict[str, Any], Path] | None:
+    """(state, path) of the newest checkpoint that loads, or None (see `load_newest_good`)."""
+    found = load_newest_good(folder)
+    return None if found is None else (found.state, found.path)

@@ -68,6 +68,10 @@ class JobConfig:
     stop_at_accuracy: float = 0.0
     # Testing aid: raise on this global step on this rank ("step:rank"), to exercise failure paths.
     fail_at: str = ""
+    # Testing aid: rank 0 sends itself the stop signal on reaching these global steps ("12" or
+    # "12,40"), to exercise checkpoint, requeue and exact resume at chosen steps (a resumed run
+    # does not fire again at the step it resumed from).
+    interrupt_at: int | str = ""
     extra: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -85,6 +89,8 @@ class JobConfig:
         require(self.target_metric in METRICS, "target_metric", self.target_metric, f"one of {', '.join(METRICS)}")
         require(self.fail_at == "" or _is_step_rank(self.fail_at), "fail_at", self.fail_at,
                 "'' or 'STEP:RANK' with two integers")
+        require(_is_step_list(self.interrupt_at), "interrupt_at", self.interrupt_at,
+                "'' or global steps > 0 separated by commas, e.g. '12,40'")
         if self.model == "mlp":
             require(self.dataset == "digits", "model", self.model, "'lenet' or 'resnet-small' for 32x32 images")
         elif self.dataset == "digits":
@@ -97,6 +103,15 @@ METRICS = ("test_accuracy", "test_loss", "train_loss", "images_per_second")
 def _is_step_rank(text: str) -> bool:
     parts = text.split(":")
     return len(parts) == 2 and all(p.strip().isdigit() for p in parts)
+
+
+def _is_step_list(value: int | str) -> bool:
+    return value == "" or all(p.strip().isdigit() and int(p) > 0 for p in str(value).split(","))
+
+
+def interrupt_steps(job: JobConfig) -> set[int]:
+    """The steps of `job.interrupt_at` as integers (empty when unset)."""
+    return {int(p) for p in str(job.interrupt_at).split(",")} if job.interrupt_at != "" else set()
 
 
 @dataclass

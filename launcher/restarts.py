@@ -1,0 +1,103 @@
+"""How many times a run was restarted, and why, read from its event log (`events.jsonl`).
+
+Every attempt of a task writes a "started" event (launcher.task); the trainer adds "resumed",
+"stopped" and "finished" (trainer.events). A restart is every "started" after the first; its cause
+is read from what the previous attempt left:
+
+* it stopped on the requeue signal and submitit requeued it: "timeout" or "preemption"
+  (submitit's own distinction, the one `max_timeout_requeues` counts);
+* it did not requeue itself but the same job came back (SLURM requeued it: `scontrol requeue`,
+  a node failure, a preemption in requeue mode): "slurm-requeue";
+* a new job continued the run (`submit.py --resume` after a failure or a refused requeue): "failure".
+
+No torch here: `submit.py status` and `--json` use it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainer import events
+
+CAUSES = {
+    "timeout": "requeued after its time limit",
+    "preemption": "requeued after preemption",
+    "slurm-requeue": "requeued by SLURM (scontrol requeue, node failure)",
+    "failure": "resumed after a failure",
+}
+
+
+@dataclass
+class Restart:
+    cause: str  # a key of CAUSES
+    time: float
+    job_id: str
+    # The step the restarted attempt resumed at (None: it started from scratch, no checkpoint yet).
+    resumed_step: int | None = None
+    # The step the previous attempt stopped at, when it stopped on a signal (None: it was killed).
+    stopped_step: int | None = None
+    detail: str = ""
+
+
+@dataclass
+class Restarts:
+    restarts: list[Restart] = field(default_factory=list)
+
+    @property
+    def count(self) -> int:
+        return len(self.restarts)
+
+    def by_cause(self) -> dict[str, int]:
+        return dict(Counter(r.cause for r in self.restarts))
+
+    def summary(self) -> str:
+        """One line, e.g. '3 restarts: 2 requeued after preemption, 1 requeued by SLURM (...)'."""
+        if not self.restarts:
+            return "no restarts"
+        parts = [f"{n} {CAUSES.get(cause, cause)}" for cause, n in self.by_cause().items()]
+        return f"{self.count} restart{'s' if self.count != 1 else ''}: {', '.join(parts)}"
+
+    def as_json(self) -> dict[str, Any]:
+        return {"restarts": self.count, "restart_causes": self.by_cause()}
+
+
+def read(run_dir: Path | str) -> Restarts:
+    """The restarts of the run (or sweep task) whose folder is `run_dir`."""
+    return classify(events.read(run_dir))
+
+
+def classify(log: list[dict[str, Any]]) -> Restarts:
+    attempts: list[list[dict[str, Any]]] = []
+    for event in log:
+        if event["event"] == "started" or not attempts:
+            attempts.append([])
+        attempts[-1].append(event)
+    if not any(e["event"] == "started" for e in log):
+        # A run without launcher "started" lines (the trainer run by hand): each resume is a restart.
+        return Restarts([Restart("failure", e.get("time", 0.0), str(e.get("job_id", "")), e.get("step"))
+                         for e in log if e["event"] == "resumed"])
+    out: list[Restart] = []
+    for previous, current in itertools.pairwise(attempts):
+        start = current[0]
+        resumed = next((e for e in current if e["event"] == "resumed"), None)
+        stopped = next((e for e in reversed(previous) if e["event"] == "stopped"), None)
+        before = next((e for e in previous if e["event"] == "started"), {})
+        same_job = str(before.get("job_id", "")) == str(start.get("job_id", ""))
+        restart = Restart("failure", start.get("time", 0.0), str(start.get("job_id", "")),
+                          None if resumed is None else resumed.get("step"),
+                          None if stopped is None else stopped.get("step"))
+        if stopped is not None and stopped.get("requeued"):
+            restart.cause = stopped.get("reason") if stopped.get("reason") in CAUSES else "preemption"
+            restart.detail = f"SIG{stopped.get('signal')} at step {stopped.get('step')}"
+        elif same_job:
+            restart.cause = "slurm-requeue"
+            restart.detail = (f"SIGTERM at step {stopped.get('step')}" if stopped is not None
+                              else "killed without warning")
+        else:
+            restart.detail = f"job {before.get('job_id', '?')} ended; job {start.get('job_id', '?')} continued"
+        out.append(restart)
+    return Restarts(out)

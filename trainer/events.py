@@ -1,0 +1,51 @@
+"""The run's event log, `events.jsonl`: one JSON object per line, appended by rank 0.
+
+It is the run's memory across restarts: every attempt writes "started"; the trainer adds
+"resumed" (which checkpoint, which step, which bad checkpoints it skipped), "stopped" (a stop
+signal: the step, the signal, whether the job requeued itself and why) and "finished". The
+submitter's `restarts` and `status` read it back (`launcher.restarts`).
+
+No torch here: the submitter reads this file too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+EVENTS_FILE = "events.jsonl"
+
+
+def append(run_dir: Path | str, event: str, **fields: Any) -> dict[str, Any]:
+    """Append one event (with the wall-clock time) and flush it to disk before returning.
+
+    Small appends of whole lines: readers see each line complete or not at all, and a kill right
+    after a stop decision cannot lose the line that explains the restart.
+    """
+    folder = Path(run_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    record = {"event": event, "time": time.time(), **fields}
+    with open(folder / EVENTS_FILE, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(record, default=str) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    return record
+
+
+def read(run_dir: Path | str) -> list[dict[str, Any]]:
+    """All events in order; a torn or foreign line is skipped, not fatal."""
+    path = Path(run_dir) / EVENTS_FILE
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and "event" in record:
+            out.append(record)
+    return out
