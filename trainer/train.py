@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from trainer import checkpoint, data, distenv, events, runtime
+from trainer import checkpoint, data, distenv, events, runtime, startup
 from trainer.config import JobConfig, RunSettings, interrupt_steps
 from trainer.models import build_model
 from trainer.stopping import KIND_NAMES, TERMINATE, StopRequested, StopSignals
@@ -47,6 +47,7 @@ def run(job: JobConfig, settings: RunSettings, environ: Mapping[str, str] | None
     On a stop signal every rank finishes its step, rank 0 checkpoints and calls `on_stop`, and
     StopRequested is raised on every rank (see trainer.stopping).
     """
+    startup.begin()
     runtime.set_threads(settings.threads)
     env = distenv.resolve(os.environ if environ is None else environ)
     # Catch stop signals from the start: one that arrives while the process group forms or the data
@@ -56,6 +57,7 @@ def run(job: JobConfig, settings: RunSettings, environ: Mapping[str, str] | None
     try:
         device = runtime.pick_device(settings.use_gpus, env)
         runtime.init_process_group(env, device, settings.init_timeout_s, settings.collective_timeout_s)
+        startup.mark("process_group")
         try:
             return Trainer(job, settings, env, device, stops=stops, on_stop=on_stop).fit()
         finally:
@@ -89,6 +91,7 @@ class Trainer:
         torch.manual_seed(job.seed)  # same initial weights on every rank (DDP also broadcasts them)
 
         self.data = self._load_data().to(device)
+        startup.mark("data")
         self.gpu = device.type == "cuda"
         model = build_model(job.model).to(device)
         if self.gpu and job.channels_last:
@@ -252,7 +255,8 @@ class Trainer:
             self.stops.raise_requeue_signal()  # the test aid goes through the real signal handler
         kind = self.stops.kind if self.stops is not None else 0
         if self.env.distributed:
-            t = torch.tensor([kind], device=self.device)
+            # A CPU tensor (gloo, also on GPU runs): no device sync at every step.
+            t = torch.tensor([kind])
             dist.all_reduce(t, op=dist.ReduceOp.MAX)  # any rank that saw a signal stops everyone
             kind = int(t.item())
         return kind
@@ -350,6 +354,7 @@ class Trainer:
                     bar.close()
                 self.stop(kind)
             loss = self.train_step(indices)
+            startup.first_step(self.run_dir, env.rank)
             self.epoch_loss_sum += loss
             self.epoch_steps += 1
             self.step_in_epoch += 1
