@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import os
+import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,6 +14,7 @@ from typing import Any
 from launcher.submission import Submission
 from launcher.task import TrainTask
 from trainer.distenv import scrubbed
+from trainer.schema import ConfigError
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -79,19 +83,48 @@ def sbatch_script(sub: Submission, chunk_size: int | None = None) -> str:
     return executor._make_submission_file_text(executor._submitit_command_str, "dry-run")
 
 
+class SubmissionRefused(ConfigError):
+    """sbatch refused the job (a request the preflight cannot see, e.g. an unknown node name)."""
+
+
 def send(sub: Submission, chunk_size: int | None = None) -> list[Any]:
-    """Queue `sub`: one job, or one job array (split into arrays of at most `chunk_size` tasks)."""
+    """Queue `sub`: one job, or one job array (split into arrays of at most `chunk_size` tasks).
+
+    If sbatch refuses the first job, nothing is queued: the run folder is removed again and the
+    refusal is a SubmissionRefused (bad input, exit 2) carrying sbatch's own message."""
+    from submitit.core.utils import FailedJobError, FailedSubmissionError
+
     executor = make_executor(sub)
     calls = [TrainTask(t.job, t.settings) for t in sub.tasks]
     # submitit keeps calling SLURM after sbatch (sacct while waiting, scancel), from this process's
     # environment: those calls must reach the same cluster (the profile's SLURM_CONF).
     os.environ.update(sub.client_env)
-    with submission_environment(sub.client_env):
-        if not sub.is_array:
-            return [executor.submit(calls[0])]
-        size = chunk_size or len(calls)
-        jobs: list[Any] = []
-        for start in range(0, len(calls), size):
-            with executor.batch():
-                jobs += [executor.submit(call) for call in calls[start:start + size]]
-        return jobs
+    jobs: list[Any] = []
+    # submitit prints sbatch's stderr itself when sbatch fails; hold it back, since the error we
+    # raise quotes it (one line instead of two), and pass it on otherwise.
+    # (SLURM only: the debug executor runs the task in this process, where pdb needs the terminal.)
+    held = io.StringIO()
+    holding = contextlib.redirect_stderr(held) if sub.executor == "slurm" else contextlib.nullcontext()
+    try:
+        with submission_environment(sub.client_env), holding:
+            if not sub.is_array:
+                jobs = [executor.submit(calls[0])]
+            else:
+                size = chunk_size or len(calls)
+                for start in range(0, len(calls), size):
+                    with executor.batch():
+                        jobs += [executor.submit(call) for call in calls[start:start + size]]
+    except (FailedJobError, FailedSubmissionError) as err:
+        said = " ".join(line.strip() for line in str(err).splitlines() if line.strip()) or type(err).__name__
+        if jobs:
+            queued = ", ".join(dict.fromkeys(str(j.job_id).split("_")[0] for j in jobs))
+            raise SubmissionRefused(f"sbatch refused part of the sweep after job(s) {queued} were queued "
+                                    f"(run folder {sub.run_dir}): {said}") from None
+        if sub.executor == "slurm":
+            shutil.rmtree(sub.run_dir, ignore_errors=True)
+        raise SubmissionRefused(f"sbatch refused the job, nothing was queued: {said}") from None
+    except BaseException:
+        sys.stderr.write(held.getvalue())
+        raise
+    sys.stderr.write(held.getvalue())
+    return jobs

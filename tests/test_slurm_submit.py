@@ -229,6 +229,20 @@ def test_preflight_gpu_count_on_the_gpu_partition(slurm_cluster: Path, tmp_path:
     assert not list(tmp_path.iterdir())
 
 
+def test_request_refused_by_sbatch_leaves_nothing_behind(slurm_cluster: Path, tmp_path: Path) -> None:
+    """What the preflight cannot see (here an unknown node name) sbatch refuses: exit 2 with
+    sbatch's message on one line, and no run folder or job left over."""
+    name = f"refused-{uuid.uuid4().hex[:8]}"
+    proc = submit("--profile", "dev-cluster", "--set", f"job.name={name}", "--set", "profile.sbatch_extra.exclude=cpu9",
+                  "--set", f"profile.runs_dir={tmp_path}")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "error: sbatch refused the job, nothing was queued: sbatch: error: Batch job submission failed: "
+        "Invalid node name specified"]
+    assert not list(tmp_path.iterdir())
+    assert jobs_named(name) == ""
+
+
 def test_unreachable_controller_is_a_clear_error(slurm_cluster: Path, tmp_path: Path) -> None:
     conf = tmp_path / "slurm.conf"
     text = slurm_cluster.read_text()
