@@ -308,7 +308,7 @@ def count_resumes(task_dir: Path) -> int:
     return count
 
 
-_LOG_TIME = re.compile(r"\((\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")
+_LOG_TIME = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")
 
 
 def log_times(run_dir: Path, job_id: str) -> tuple[float | None, float | None]:
@@ -316,10 +316,10 @@ def log_times(run_dir: Path, job_id: str) -> tuple[float | None, float | None]:
     out = log_path(run_dir, job_id, 0, "out")
     err = log_path(run_dir, job_id, 0, "err")
     start = None
-    for path in (err, out):  # submitit logs its start lines to stderr
+    for path in (err, out):  # the attempt's banner and submitit's first lines go to stderr
         if path.exists():
             with open(path, encoding="utf-8", errors="replace") as fh:
-                match = _LOG_TIME.search(fh.readline())
+                match = _LOG_TIME.search(fh.read(4096))
             if match:
                 start = datetime.datetime.fromisoformat(match.group(1)).timestamp()
                 break
@@ -418,18 +418,21 @@ def _one_task(info: RunInfo, task: int, job_id: str, history: list[str],
     else:
         ts.source = "run folder"
         recorded = _recorded_outcome(info, task_dir)
-        if outcomes.get(0, ("", None))[0] == "success" and failure is None:
+        success = outcomes.get(0, ("", None))[0] == "success" and failure is None
+        if success:
             ts.state = "completed"
+        elif float(info.record.get("cancelled_at") or 0) >= _submitted_at(info, job_id) > 0:
+            # Ranks killed by a cancel may leave errors (a peer's closed connection): not the cause.
+            ts.state, ts.error = "cancelled", "cancelled with `submit.py cancel`"
+            failure = None
         elif failure is not None:
             ts.state = "failed"
         elif recorded is not None:
             # What a submitter that waited wrote (the debug executor leaves no result pickles).
             ts.state, ts.result, ts.error = recorded
             ts.failed_rank = _int_or_none(info.record.get("failed_rank") if not info.is_sweep else None)
-        elif float(info.record.get("cancelled_at") or 0) >= _submitted_at(info, job_id) > 0:
-            ts.state, ts.error = "cancelled", "cancelled with `submit.py cancel`"
         elif info.executor in ("local", "debug"):
-            ts.state, ts.error = "failed", "the process ended without a result (killed or cancelled)"
+            ts.state, ts.error = "failed", "the process ended without a result (killed?)"
         else:
             # Neither the scheduler nor the folder knows it: cancelled before it started, or purged.
             ts.state, ts.error = "failed", "no result and not in the queue (cancelled or lost)"
