@@ -11,10 +11,10 @@ import contextlib
 import json
 import math
 import os
-import signal
+import random
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -25,33 +25,45 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from trainer import checkpoint, data, distenv, runtime
-from trainer.config import JobConfig, RunSettings
+from trainer import checkpoint, data, distenv, events, runtime, startup
+from trainer.config import JobConfig, RunSettings, interrupt_steps
 from trainer.models import build_model
+from trainer.stopping import KIND_NAMES, TERMINATE, StopRequested, StopSignals
 
-
-class StopRequested(Exception):
-    """Every rank stopped at the same step boundary after a stop signal; a checkpoint was written."""
-
-    def __init__(self, step: int, signal_name: str) -> None:
-        super().__init__(f"stopped at step {step} on {signal_name}")
-        self.step, self.signal_name = step, signal_name
+# Called on rank 0 after the stop checkpoint is on disk, with the signal's name; returns what was
+# decided (JSON-able, at least {"requeued": bool}), which every rank then receives in StopRequested.
+# The launcher's requeue lives behind it: the trainer never imports submitit.
+StopHook = Callable[[str], dict[str, Any]]
 
 
 class InjectedFailure(RuntimeError):
     """Raised on purpose by `job.fail_at` to test how failures propagate."""
 
 
-def run(job: JobConfig, settings: RunSettings, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """Train `job` in this process and return the final metrics (the same on every rank)."""
+def run(job: JobConfig, settings: RunSettings, environ: Mapping[str, str] | None = None,
+        on_stop: StopHook | None = None) -> dict[str, Any]:
+    """Train `job` in this process and return the final metrics (the same on every rank).
+
+    On a stop signal every rank finishes its step, rank 0 checkpoints and calls `on_stop`, and
+    StopRequested is raised on every rank (see trainer.stopping).
+    """
+    startup.begin()
     runtime.set_threads(settings.threads)
     env = distenv.resolve(os.environ if environ is None else environ)
-    device = runtime.pick_device(settings.use_gpus, env)
-    runtime.init_process_group(env, device, settings.init_timeout_s, settings.collective_timeout_s)
+    # Catch stop signals from the start: one that arrives while the process group forms or the data
+    # loads is honoured at the first step boundary, instead of acting in the middle of a collective.
+    stops = StopSignals(settings.stop_signal)
+    stops.install()
     try:
-        return Trainer(job, settings, env, device).fit()
+        device = runtime.pick_device(settings.use_gpus, env)
+        runtime.init_process_group(env, device, settings.init_timeout_s, settings.collective_timeout_s)
+        startup.mark("process_group")
+        try:
+            return Trainer(job, settings, env, device, stops=stops, on_stop=on_stop).fit()
+        finally:
+            runtime.destroy_process_group()
     finally:
-        runtime.destroy_process_group()
+        stops.restore()
 
 
 def lr_factor(schedule: str, step: int, total: int, warmup_fraction: float) -> float:
@@ -67,7 +79,8 @@ def lr_factor(schedule: str, step: int, total: int, warmup_fraction: float) -> f
 
 
 class Trainer:
-    def __init__(self, job: JobConfig, settings: RunSettings, env: distenv.DistEnv, device: torch.device) -> None:
+    def __init__(self, job: JobConfig, settings: RunSettings, env: distenv.DistEnv, device: torch.device,
+                 stops: StopSignals | None = None, on_stop: StopHook | None = None) -> None:
         self.job, self.settings, self.env, self.device = job, settings, env, device
         self.run_dir = Path(settings.run_dir)
         self.ckpt_dir = self.run_dir / "checkpoints"
@@ -78,6 +91,7 @@ class Trainer:
         torch.manual_seed(job.seed)  # same initial weights on every rank (DDP also broadcasts them)
 
         self.data = self._load_data().to(device)
+        startup.mark("data")
         self.gpu = device.type == "cuda"
         model = build_model(job.model).to(device)
         if self.gpu and job.channels_last:
@@ -98,11 +112,18 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: lr_factor(job.lr_schedule, s, self.total_steps, job.warmup_fraction))
         self.epoch, self.step_in_epoch, self.global_step = 0, 0, 0
+        # The running epoch's loss sum and step count: checkpointed, so that a resumed epoch reports
+        # the same train_loss as an uninterrupted one.
+        self.epoch_loss_sum = torch.zeros((), device=device)
+        self.epoch_steps = 0
         self.history: list[dict[str, Any]] = []
         self.train_time = 0.0
         self.images_seen = 0
-        self._stop_signal: str | None = None
         self.resumed_from: str | None = None
+        self.start_step = 0  # the step this attempt started (or resumed) at
+        self.stops = stops
+        self.on_stop = on_stop
+        self.interrupts = interrupt_steps(job)
 
     # ----- setup helpers -------------------------------------------------------------------------
     def _load_data(self) -> data.TensorDataset:
@@ -136,14 +157,49 @@ class Trainer:
                                nesterov=job.nesterov and job.momentum > 0, weight_decay=job.weight_decay)
 
     # ----- checkpoints ---------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
+    def rank_state(self) -> dict[str, Any]:
+        """What differs between ranks: the RNG states and the running epoch's partial loss sum."""
+        return {"rng": self.rng_state(), "epoch_loss_sum": self.epoch_loss_sum.detach().cpu()}
+
+    def load_rank_state(self, mine: dict[str, Any]) -> None:
+        self.set_rng_state(mine["rng"])
+        self.epoch_loss_sum = mine["epoch_loss_sum"].to(self.device)
+
+    def rng_state(self) -> dict[str, Any]:
+        """This rank's random number generators (all that can affect training)."""
+        try:
+            import numpy as np
+
+            numpy_state: Any = np.random.get_state()
+        except ImportError:
+            numpy_state = None
+        return {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state(self.device) if self.gpu else None,
+                "python": random.getstate(), "numpy": numpy_state}
+
+    def set_rng_state(self, rng: dict[str, Any]) -> None:
+        torch.set_rng_state(rng["torch"])
+        if self.gpu and rng.get("cuda") is not None:
+            torch.cuda.set_rng_state(rng["cuda"], self.device)
+        if rng.get("python") is not None:
+            random.setstate(rng["python"])
+        if rng.get("numpy") is not None:
+            import numpy as np
+
+            np.random.set_state(rng["numpy"])
+
+    def state_dict(self, per_rank: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """Everything a resumed run needs to continue bit for bit: model, optimizer, LR schedule,
+        every rank's RNG states, the sampler's epoch and position in it, counters and metrics."""
         return {
             "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(), "epoch": self.epoch, "step_in_epoch": self.step_in_epoch,
             "global_step": self.global_step, "history": self.history, "train_time": self.train_time,
             "images_seen": self.images_seen, "world_size": self.env.world_size,
-            "rng": {"torch": torch.get_rng_state(),
-                    "cuda": torch.cuda.get_rng_state_all() if self.gpu else None},
+            "epoch_steps": self.epoch_steps,
+            # The data order is a pure function of (seed, epoch) and the position is step_in_epoch.
+            "sampler": {"seed": self.job.seed, "epoch": self.epoch, "position": self.step_in_epoch},
+            # Indexed by rank (gathered from every rank by save_checkpoint).
+            "ranks": per_rank if per_rank is not None else [self.rank_state()],
             "job": asdict(self.job),
         }
 
@@ -154,59 +210,87 @@ class Trainer:
         self.epoch, self.step_in_epoch = state["epoch"], state["step_in_epoch"]
         self.global_step, self.history = state["global_step"], state["history"]
         self.train_time, self.images_seen = state["train_time"], state["images_seen"]
-        torch.set_rng_state(state["rng"]["torch"])
-        if self.gpu and state["rng"]["cuda"] is not None:
-            torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+        self.epoch_steps = state["epoch_steps"]
+        self.load_rank_state(state["ranks"][self.env.rank])
 
     def save_checkpoint(self) -> None:
+        """Rank 0 writes the checkpoint (with every rank's own state); all ranks leave together."""
+        mine = self.rank_state()
+        per_rank: list[Any] = [mine]
+        if self.env.distributed:
+            per_rank = [None] * self.env.world_size if self.env.is_main else []
+            dist.gather_object(mine, per_rank if self.env.is_main else None, dst=0)
         if self.env.is_main:
-            checkpoint.save(self.ckpt_dir, self.global_step, self.state_dict(), self.job.keep_checkpoints)
+            checkpoint.save(self.ckpt_dir, self.global_step, self.state_dict(per_rank), self.job.keep_checkpoints)
         if self.env.distributed:
             dist.barrier()
 
     def maybe_resume(self) -> None:
-        found = checkpoint.load_latest(self.ckpt_dir)
+        found = checkpoint.load_newest_good(self.ckpt_dir)
         if found is None:
             return
-        state, path = found
+        state, path = found.state, found.path
         if state["world_size"] != self.env.world_size:
             raise RuntimeError(f"{path} was written by a run with {state['world_size']} ranks; this one has "
                                f"{self.env.world_size}: resuming would change the data order")
         self.load_state_dict(state)
         self.resumed_from = str(path)
-        self.log(f"resumed from {path.name}: epoch {self.epoch}, step {self.global_step}")
-        self.record_event("resumed", checkpoint=path.name, step=self.global_step)
+        self.start_step = self.global_step
+        skipped = [f"{bad.name}: {why}" for bad, why in found.skipped]
+        self.log(f"resumed from {path.name}: epoch {self.epoch + 1}, step {self.global_step}"
+                 + (f" (skipped unreadable {'; '.join(skipped)})" if skipped else ""))
+        self.record_event("resumed", checkpoint=path.name, step=self.global_step, epoch=self.epoch,
+                          step_in_epoch=self.step_in_epoch, skipped=skipped)
 
     def record_event(self, event: str, **fields: Any) -> None:
-        """Rank 0 appends restarts and stops to events.jsonl (what `status` and `restarts` count)."""
+        """Rank 0 appends starts, resumes and stops to events.jsonl (what `status` and `restarts` read)."""
         if self.env.is_main:
-            line = {"event": event, "time": time.time(), "job_id": self.env.job_id, **fields}
-            with open(self.run_dir / "events.jsonl", "a", encoding="utf-8") as fh:
-                fh.write(json.dumps(line) + "\n")
+            events.append(self.run_dir, event, job_id=self.env.job_id, **fields)
 
     # ----- stop signal ---------------------------------------------------------------------------
-    def install_stop_handler(self) -> None:
-        """On the stop signal, finish the current step, checkpoint and raise StopRequested.
-
-        The previous handler (submitit's requeue logic) is kept so the launcher can chain to it.
-        """
-        name = self.settings.stop_signal
-        signum = getattr(signal, f"SIG{name}", None)
-        if signum is None or not hasattr(signal, "pthread_kill"):
-            return
-        try:
-            self.previous_handler = signal.getsignal(signum)
-            signal.signal(signum, lambda *_: setattr(self, "_stop_signal", name))
-        except ValueError:
-            pass  # not the main thread (e.g. an embedding application): no graceful stop
-
-    def stop_agreed(self) -> bool:
-        flag = 1 if self._stop_signal else 0
+    def stop_agreed(self) -> int:
+        """At a step boundary: the stop every rank agrees on (0: none; see trainer.stopping)."""
+        if (self.interrupts and self.env.is_main and self.global_step in self.interrupts
+                and self.global_step != self.start_step):
+            self.stops.raise_requeue_signal()  # the test aid goes through the real signal handler
+        kind = self.stops.kind if self.stops is not None else 0
         if self.env.distributed:
-            t = torch.tensor([flag])
-            dist.all_reduce(t, op=dist.ReduceOp.MAX)  # any rank that saw the signal stops everyone
-            flag = int(t.item())
-        return bool(flag)
+            # A CPU tensor (gloo, also on GPU runs): no device sync at every step.
+            t = torch.tensor([kind])
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)  # any rank that saw a signal stops everyone
+            kind = int(t.item())
+        return kind
+
+    def stop(self, kind: int) -> None:
+        """Checkpoint, let the launcher decide (requeue or not) on rank 0, tell every rank, raise."""
+        name = self.stops.name if self.stops is not None and self.stops.kind == kind else ""
+        name = name or ("TERM" if kind == TERMINATE else self.settings.stop_signal)
+        self.save_checkpoint()
+        info: dict[str, Any] = {}
+        if self.env.is_main:
+            info = self.stop_decision(kind, name)
+            self.log(f"stopped at step {self.global_step} on SIG{name}: " + ", ".join(f"{k} {v}" for k, v in info.items()))
+            self.record_event("stopped", step=self.global_step, epoch=self.epoch, step_in_epoch=self.step_in_epoch,
+                              signal=name, kind=KIND_NAMES[kind], **info)
+        if self.env.distributed:
+            box = [info]
+            # Also keeps the other ranks alive until rank 0 has requeued: with srun --kill-on-bad-exit
+            # a rank that exits early with an error would kill rank 0 before it requeues the job.
+            dist.broadcast_object_list(box, src=0)
+            info = box[0]
+        raise StopRequested(self.global_step, name, kind, info)
+
+    def stop_decision(self, kind: int, name: str) -> dict[str, Any]:
+        if kind == TERMINATE:
+            # SLURM is ending the job itself (scancel, scontrol requeue, node failure): it decides
+            # whether the job comes back; requeueing ourselves would turn a user's cancel into a requeue.
+            return {"requeued": False, "reason": "terminated"}
+        if self.on_stop is None:
+            return {"requeued": False, "reason": "no requeue hook (not run by the submitter)"}
+        try:
+            return dict(self.on_stop(name))
+        except Exception as err:  # noqa: BLE001 - reported on every rank through StopRequested
+            return {"requeued": False, "reason": "requeue failed", "message": f"{type(err).__name__}: {err}"}
 
     # ----- the loop ------------------------------------------------------------------------------
     def log(self, message: str) -> None:
@@ -214,9 +298,19 @@ class Trainer:
             print(f"[trainer] {message}", flush=True)
 
     def fit(self) -> dict[str, Any]:
+        own_stops = self.stops is None
+        if own_stops:  # used without run(): catch the stop signals for the length of fit()
+            self.stops = StopSignals(self.settings.stop_signal)
+            self.stops.install()
+        try:
+            return self._fit()
+        finally:
+            if own_stops and self.stops is not None:
+                self.stops.restore()
+
+    def _fit(self) -> dict[str, Any]:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.maybe_resume()
-        self.install_stop_handler()
         job, env = self.job, self.env
         self.log(f"{job.name}: {job.model} on {job.dataset}, {env.world_size} rank(s) via {env.launcher}, "
                  f"device {self.device}, batch {job.batch_size_per_rank}/rank = "
@@ -247,18 +341,22 @@ class Trainer:
         indices = data.epoch_indices(len(self.data.train_y), env.world_size, env.rank, self.epoch, job.seed)
         indices = indices.to(self.device)
         self.model.train()
-        loss_sum = torch.zeros((), device=self.device)
-        steps = 0
+        if self.step_in_epoch == 0:  # a new epoch (not one resumed in the middle)
+            self.epoch_loss_sum = torch.zeros((), device=self.device)
+            self.epoch_steps = 0
         bar = self._progress_bar()
         start = time.perf_counter()
         while self.step_in_epoch < self.steps_per_epoch:
-            if self.stop_agreed():
+            kind = self.stop_agreed()
+            if kind:
                 self.train_time += time.perf_counter() - start
-                self.save_checkpoint()
-                raise StopRequested(self.global_step, self._stop_signal or "a signal on another rank")
+                if bar is not None:
+                    bar.close()
+                self.stop(kind)
             loss = self.train_step(indices)
-            loss_sum += loss
-            steps += 1
+            startup.first_step(self.run_dir, env.rank)
+            self.epoch_loss_sum += loss
+            self.epoch_steps += 1
             self.step_in_epoch += 1
             self.global_step += 1
             if bar is not None:
@@ -273,7 +371,7 @@ class Trainer:
         self.train_time += time.perf_counter() - start
         if bar is not None:
             bar.close()
-        mean = loss_sum / max(steps, 1)
+        mean = self.epoch_loss_sum / max(self.epoch_steps, 1)
         if env.distributed:
             dist.all_reduce(mean, op=dist.ReduceOp.AVG if self.gpu else dist.ReduceOp.SUM)
             if not self.gpu:
@@ -355,6 +453,21 @@ class Trainer:
             if key not in ("epoch", "step", "time") and isinstance(value, (int, float)):
                 writer.add_scalar(key, value, self.global_step)
         writer.flush()
+        if self.job.tensorboard:
+            self._tensorboard(metrics)
+
+    def _tensorboard(self, metrics: dict[str, Any]) -> None:
+        """Rank 0 mirrors each epoch's metrics into TensorBoard event files (run_dir/tensorboard/),
+        at the global step, flushed so `tensorboard --logdir` sees them while the run goes on."""
+        writer = getattr(self, "tb_writer", None)
+        if writer is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            writer = self.tb_writer = SummaryWriter(log_dir=str(self.run_dir / "tensorboard"))
+        for key, value in metrics.items():
+            if key not in ("epoch", "step", "time") and isinstance(value, (int, float)):
+                writer.add_scalar(key, value, self.global_step)
+        writer.flush()
 
     def _progress_bar(self):  # noqa: ANN202 - tqdm or None
         if not (self.settings.progress_bar and self.env.is_main):
@@ -382,4 +495,5 @@ class Trainer:
             tmp = self.run_dir / ".model_final.pt.tmp"
             torch.save(self.model.state_dict(), tmp)
             os.replace(tmp, self.run_dir / "model_final.pt")
+        self.record_event("finished", step=self.global_step, epochs=last["epoch"])
         return result
