@@ -453,21 +453,6 @@ class Trainer:
             if key not in ("epoch", "step", "time") and isinstance(value, (int, float)):
                 writer.add_scalar(key, value, self.global_step)
         writer.flush()
-        if self.job.tensorboard:
-            self._tensorboard(metrics)
-
-    def _tensorboard(self, metrics: dict[str, Any]) -> None:
-        """Rank 0 mirrors each epoch's metrics into TensorBoard event files (run_dir/tensorboard/),
-        at the global step, flushed so `tensorboard --logdir` sees them while the run goes on."""
-        writer = getattr(self, "tb_writer", None)
-        if writer is None:
-            from torch.utils.tensorboard import SummaryWriter
-
-            writer = self.tb_writer = SummaryWriter(log_dir=str(self.run_dir / "tensorboard"))
-        for key, value in metrics.items():
-            if key not in ("epoch", "step", "time") and isinstance(value, (int, float)):
-                writer.add_scalar(key, value, self.global_step)
-        writer.flush()
 
     def _progress_bar(self):  # noqa: ANN202 - tqdm or None
         if not (self.settings.progress_bar and self.env.is_main):
