@@ -69,7 +69,7 @@ def dry_run(sub: submission.Submission, as_json: bool, chunk: int | None = None)
     if sub.executor == "slurm":
         from launcher.send import sbatch_script
 
-        script = sbatch_script(sub)
+        script = sbatch_script(sub, chunk)
         description["sbatch_script"] = script
         text += "\n# sbatch script (submitted with sbatch):\n" + script
     emit(text + "\nDry run: nothing was submitted.", {"dry_run": True, **description}, as_json)
