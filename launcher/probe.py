@@ -12,8 +12,11 @@ input (nothing queued), 1 the probe job failed.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
+import shutil
 import socket
 import sys
 from typing import Any
@@ -79,14 +82,20 @@ def run(args: argparse.Namespace) -> int:
     sub = submission.build(profile, [(resolved.job, {})], run_dir)
     sub.parameters["job_name"] = f"probe-{profile.name}"
     slurm_preflight.check(sub, resolved.profile_source)
-    run_dir.mkdir(parents=True)
     executor = send.make_executor(sub)
     os.environ.update(sub.client_env)  # for submitit's sacct calls while waiting
-    with send.submission_environment(sub.client_env):
-        # By its module name, not __main__'s: the node unpickles it from launcher.probe.
-        from launcher.probe import probe_task as task
+    # By its module name, not __main__'s: the node unpickles it from launcher.probe.
+    from submitit.core.utils import FailedJobError
 
-        job = executor.submit(task)
+    from launcher.probe import probe_task as task
+
+    try:
+        with send.submission_environment(sub.client_env), contextlib.redirect_stderr(io.StringIO()):
+            job = executor.submit(task)
+    except FailedJobError as err:
+        said = " ".join(line.strip() for line in str(err).splitlines() if line.strip())
+        shutil.rmtree(run_dir, ignore_errors=True)
+        raise ConfigError(f"sbatch refused the probe, nothing was queued: {said}") from None
     print(f"probe job {job.job_id} on {profile.nodes} node(s) x {profile.tasks_per_node} task(s), "
           f"logs in {sub.log_dir / str(job.job_id)}", flush=True)
     try:

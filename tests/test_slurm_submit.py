@@ -342,6 +342,20 @@ def test_probe_shows_gpu_mapping_per_task(slurm_cluster: Path, tmp_path: Path) -
     assert "gres/gpu=4" in tres  # 2 nodes x 2 GPUs really allocated
 
 
+@pytest.mark.parametrize("args,message", [
+    (["--set", "profile.gpus_per_node=8", "--set", "profile.tasks_per_node=8"],
+     "profile.gpus_per_node: 8 exceeds the 4 GPU(s)"),
+    (["--set", "profile.sbatch_extra.exclude=gpu9"], "sbatch refused the probe, nothing was queued"),
+])
+def test_probe_refuses_like_submit(slurm_cluster: Path, tmp_path: Path, args: list[str], message: str) -> None:
+    proc = subprocess.run([sys.executable, "-m", "launcher.probe", "--profile", "dev-cluster-gpu", *args,
+                           "--set", f"profile.runs_dir={tmp_path}"],
+                          cwd=ROOT, env=user_env(), capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not list(tmp_path.iterdir())  # no run folder left behind
+
+
 def test_trainer_on_a_gpu_node_without_cuda_stops_clearly(slurm_cluster: Path, tmp_path: Path) -> None:
     proc = submit("--profile", "dev-cluster-gpu", "--job", "digits", "--set", "job.epochs=1",
                   "--set", f"profile.runs_dir={tmp_path}", "--wait", "--json")
