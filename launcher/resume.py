@@ -19,7 +19,7 @@ from launcher import preflight, runs, submission
 from launcher.cli import EXIT_OK, emit, relative
 from launcher.profile import Profile
 from launcher.resolve import parse_overrides
-from launcher.sweep import TASKS_FILE, read_tasks
+from launcher.sweep import TASKS_FILE, read_tasks, write_tasks
 from launcher.taskstate import ACTIVE, RunInfo, load_run, task_states
 from trainer.config import JobConfig
 from trainer.schema import ConfigError, build
@@ -97,8 +97,19 @@ def _send(info: RunInfo, sub: submission.Submission, todo: list[Any], chunk: int
     record = runs.read_record(run_dir)
     resumes = [*record.get("resumes", []), {"time": time.time(), "tasks": [t.task for t in todo],
                                             "job_ids": new_ids, "argv": ["submit.py", *argv]}]
+    fields: dict[str, Any] = {}
+    job_sets = parse_overrides(args.sets)["job"]
+    if info.is_sweep and job_sets:
+        # The summary shows what each task really ran with: a resubmitted task's row gets the job
+        # keys that --set changed (the sweep as first submitted stays in submitted_overrides).
+        overrides = info.overrides
+        for ts in todo:
+            overrides[ts.task] = {**overrides[ts.task], **job_sets}
+        fields.update(sweep_overrides=overrides,
+                      submitted_overrides=record.get("submitted_overrides") or record.get("sweep_overrides"))
+        _update_tasks_file(run_dir, sub, todo, overrides)
     runs.update_record(run_dir, task_jobs=task_jobs, job_ids=[ids[-1] if ids else "" for ids in task_jobs],
-                       resumes=resumes, state=None, error=None, failed_rank=None, best=None)
+                       resumes=resumes, state=None, error=None, failed_rank=None, best=None, **fields)
     tasks = [t.task for t in todo]
     if sub.profile.waits:
         return wait_for_sweep(run_dir, jobs, args.json)
@@ -108,3 +119,13 @@ def _send(info: RunInfo, sub: submission.Submission, todo: list[Any], chunk: int
                  "job_id": new_ids[0].split("_")[0]}, args.json)
     return EXIT_OK
 
+
+
+def _update_tasks_file(run_dir: Path, sub: submission.Submission, todo: list[Any],
+                       overrides: list[dict[str, Any]]) -> None:
+    """tasks.json keeps each task's job as it last ran, so a later --resume starts from that."""
+    entries = read_tasks(run_dir)
+    for spec, ts in zip(sub.tasks, todo):
+        entries[ts.task] = {**entries.get(ts.task, {}), "task": ts.task, "overrides": overrides[ts.task],
+                            "job": dataclasses.asdict(spec.job), "run_dir": str(ts.task_dir)}
+    write_tasks(run_dir, [(t, e["overrides"], e["job"], e["run_dir"]) for t, e in sorted(entries.items())])

@@ -271,6 +271,8 @@ def test_failing_task_is_a_failed_row_and_resume_reruns_only_it(slurm_cluster: P
     assert [r["state"] for r in rows] == ["completed"] * 3
     retried = next(r for r in rows if r["task"] == "2")
     assert float(retried["test_accuracy"]) > 0.9 and int(retried["restarts"]) >= 1 and retried["error"] == ""
+    assert retried["fail_at"] == "", "the row shows what the task ran with after --set"
+    assert json.loads((run_dir / "run.json").read_text())["submitted_overrides"][2]["fail_at"] == "50:0"
     lines = status_json(str(run_dir), tmp_path)
     assert [line["state"] for line in lines] == ["completed"] * 3 and lines[2]["attempts"] == 2
     # Nothing left to do: a second --resume submits nothing.
