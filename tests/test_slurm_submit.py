@@ -338,6 +338,7 @@ def test_probe_shows_gpu_mapping_per_task(slurm_cluster: Path, tmp_path: Path) -
     # Each line of the human report names the rank, its node and its GPU variables.
     lines = [line for line in proc.stdout.splitlines() if line.startswith("rank ")]
     assert len(lines) == 4 and all("SLURM_GPUS_ON_NODE=2" in line and "node gpu" in line for line in lines)
+    assert sacct_state(report["job_id"]) == "COMPLETED"  # waits for accounting to catch up
     tres = slurm("sacct", "-j", report["job_id"], "-X", "-n", "-P", "-o", "AllocTRES")
     assert "gres/gpu=4" in tres  # 2 nodes x 2 GPUs really allocated
 
