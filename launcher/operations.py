@@ -126,6 +126,8 @@ def _status_text(info: RunInfo, states: list[TaskState], summary: dict[str, Any]
     lines = [head] + ["  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1] for r in rows]
     if summary and summary.get("summary_csv"):
         lines.append(f"summary: {relative(Path(summary['summary_csv']))} (and summary.md, summary.png)")
+    if summary and summary.get("curves_left"):
+        lines.append(f"curves.png still to draw for {summary['curves_left']} task(s): run status again")
     incomplete = [ts for ts in states if ts.state not in ACTIVE + ("completed",)]
     if incomplete:
         lines.append(f"resubmit the {len(incomplete)} incomplete task(s) with: "
@@ -319,7 +321,7 @@ def _list_row(run_dir: Path) -> dict[str, Any]:
     if state in ("", "running", "pending"):
         from launcher.results import collect
 
-        summary = collect(run_dir)
+        summary = collect(run_dir, max_curves=0)
         state, best = summary["state"], summary["best"]
         if best:
             best = {metric: best.get(metric), "task": best.get("task")}
@@ -358,11 +360,11 @@ def wait_for_sweep(run_dir: Path, jobs: list[Any], as_json: bool, poll_s: float 
             detail = f"{metric} {value:.4f}" if isinstance(value, (int, float)) else ts.error
             print(f"task {ts.task} {ts.state}: {_overrides_text(ts.overrides)}  {detail}", flush=True)
         if ended:
-            results.collect(run_dir, states)
+            results.collect(run_dir, states, max_curves=None)
         if len(reported) == len(tasks):
             break
         time.sleep(poll_s)
-    summary = results.collect(run_dir, states)
+    summary = results.collect(run_dir, states, max_curves=None)
     if info.is_sweep:
         print((run_dir / results.SUMMARY_MD).read_text().rstrip(), flush=True)
     failed = [s for s in states if s.state != "completed"]

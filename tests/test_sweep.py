@@ -219,6 +219,20 @@ def test_status_without_accounting_reads_squeue_and_the_run_folder(six_task_swee
     assert all(line["source"] == "run folder" for line in gone), gone
 
 
+def test_status_draws_missing_curves_a_batch_at_a_time(six_task_sweep: dict[str, Any]) -> None:
+    """A thousand-task sweep must not make `status` draw a thousand pictures in one call."""
+    from launcher import results
+
+    run_dir = Path(six_task_sweep["payload"]["run_dir"])
+    pictures = [run_dir / f"task-{t:04d}" / "curves.png" for t in range(6)]
+    for picture in pictures:
+        picture.unlink()
+    assert results.collect(run_dir, max_curves=4)["curves_left"] == 2
+    assert sum(p.exists() for p in pictures) == 4
+    assert results.collect(run_dir, max_curves=4)["curves_left"] == 0
+    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pictures)
+
+
 def test_status_does_not_import_torch(six_task_sweep: dict[str, Any]) -> None:
     run_dir = six_task_sweep["payload"]["run_dir"]
     code = ("import sys; from launcher.cli import main; "
