@@ -94,7 +94,7 @@ class Trainer:
         startup.mark("data")
         self.gpu = device.type == "cuda"
         model = build_model(job.model).to(device)
-        if self.gpu and job.channels_last:
+        if job.channels_last:  # oneDNN's CPU convolutions prefer it too (LeNet: ~15-30 % faster)
             model = model.to(memory_format=torch.channels_last)
         self.model = model
         self.ddp: nn.Module = model
@@ -385,7 +385,7 @@ class Trainer:
         if f"{self.global_step}:{env.rank}" == job.fail_at:
             raise InjectedFailure(f"injected failure at step {self.global_step} on rank {env.rank} (job.fail_at)")
         gen = data.batch_generator(job.seed, self.epoch, self.step_in_epoch, env.rank) if job.augment else None
-        x = data.prepare(self.data.train_x[batch_idx], self.data, job.augment, gen, self.gpu and job.channels_last)
+        x = data.prepare(self.data.train_x[batch_idx], self.data, job.augment, gen, job.channels_last)
         y = self.data.train_y[batch_idx]
         self.optimizer.zero_grad(set_to_none=True)
         loss = self.accumulate(x, y)
@@ -417,7 +417,7 @@ class Trainer:
         xs, ys = self.data.test_x[shard], self.data.test_y[shard]
         sums = torch.zeros(3, dtype=torch.float64, device=self.device)  # loss sum, correct, count
         for lo in range(0, len(ys), 1024):
-            x = data.prepare(xs[lo:lo + 1024], self.data, False, None, self.gpu and self.job.channels_last)
+            x = data.prepare(xs[lo:lo + 1024], self.data, False, None, self.job.channels_last)
             y = ys[lo:lo + 1024]
             with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.gpu and self.job.amp_bf16):
                 out = self.model(x).float()
