@@ -55,7 +55,7 @@ class JobConfig:
     keep_checkpoints: int = 3
     # Bitwise reproducible runs on CPU (deterministic algorithms, fixed reduction order).
     deterministic: bool = True
-    # GPU path only: bf16 autocast, channels_last and torch.compile.
+    # bf16 autocast and torch.compile: GPU path only; channels_last: GPUs and CPUs (oneDNN prefers it too).
     amp_bf16: bool = True
     channels_last: bool = True
     compile: bool = False
