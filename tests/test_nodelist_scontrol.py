@@ -81,12 +81,12 @@ def test_live_job_nodelist_matches(slurm_cluster: Path) -> None:
     """A real allocation's SLURM_JOB_NODELIST (compressed by slurmctld) expands to the nodes the
     tasks actually ran on, in task order."""
     proc = subprocess.run(
-        ["srun", "--partition=cpu", "--nodes=3", "--ntasks-per-node=1", "--time=1", "--quiet",
+        ["srun", "--partition=cpu", "--nodes=2", "--ntasks-per-node=1", "--time=1", "--quiet",
          "bash", "-c", 'echo "$SLURM_PROCID $SLURMD_NODENAME $SLURM_JOB_NODELIST"'],
         capture_output=True, text=True, timeout=90, check=True,
     )
     rows = sorted(line.split() for line in proc.stdout.splitlines() if line.strip())
-    assert len(rows) == 3
+    assert len(rows) == 2
     nodelist = rows[0][2]
-    assert "[" in nodelist  # slurmctld compressed it, e.g. cpu[1-3]
+    assert "[" in nodelist  # slurmctld compressed it, e.g. cpu[1-2] or cpu[2,4]
     assert expand(nodelist) == [node for _, node, _ in rows]

@@ -199,7 +199,7 @@ def test_failing_rank_ends_the_whole_job(slurm_cluster: Path, tmp_path: Path) ->
 PREFLIGHT_CASES = [
     (["profile.partition=nope"], "profile.partition: 'nope' is not a partition of this cluster"),
     (["profile.time_min=500"], "profile.time_min: 500 exceeds partition cpu's MaxTime of 120 min"),
-    (["profile.nodes=5"], "profile.nodes: 5 exceeds the 4 node(s) of partition cpu"),
+    (["profile.nodes=9"], "profile.nodes: 9 exceeds the {cpu_nodes} node(s) of partition cpu"),
     (["profile.tasks_per_node=3", "profile.cpus_per_task=2"],
      "profile.tasks_per_node x profile.cpus_per_task: 3 x 2 = 6 CPUs per node exceeds the 4 CPUs"),
     (["profile.mem_per_task_gb=5"], "profile.mem_per_task_gb: 5 GB x 1 task(s) = 5120 MB per node exceeds"),
@@ -217,7 +217,9 @@ def test_preflight_refuses_requests_the_partition_cannot_satisfy(slurm_cluster: 
         args += ["--set", item]
     proc = submit(*args, "--wait")
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert message in proc.stderr
+    # `up --nodes N` decides how many cpu nodes there are.
+    cpu_nodes = len(slurm("sinfo", "-h", "-N", "-p", "cpu", "-o", "%N").split())
+    assert message.format(cpu_nodes=cpu_nodes) in proc.stderr
     assert proc.stderr.startswith("error: ") and len(proc.stderr.strip().splitlines()) == 1
     assert not list(tmp_path.iterdir())  # no run folder
     assert jobs_named(name) == ""  # nothing queued
