@@ -37,7 +37,7 @@ from submitit.helpers import Checkpointable
 from trainer import events
 from trainer.config import JobConfig, RunSettings
 from trainer.distenv import resolve
-from trainer.stopping import TERMINATE, StopRequested
+from trainer.stopping import TERMINATE, StopRequested, StopSignals
 
 # Exit code of ranks that stopped on SIGTERM (128 + 15, what the signal itself would give).
 TERMINATED_EXIT_CODE = 143
@@ -96,19 +96,26 @@ class TrainTask(Checkpointable):
         self.job, self.settings = job, settings
 
     def __call__(self) -> dict[str, Any]:
-        from trainer.train import run
-
         requeue = SubmititRequeue.current()
         settings = self.settings
         if requeue is not None and requeue.signal_name != settings.stop_signal:
             # The signal submitit acts on (and the local controller sends) is the one that must stop training.
             settings = dataclasses.replace(settings, stop_signal=requeue.signal_name)
-        self.announce(settings)
+        # Take the stop signals over before importing torch (seconds): from here on a signal only
+        # asks for a stop at the first step boundary (submitit's handler would requeue at once from
+        # rank 0 alone, with nothing checkpointed and nothing recorded).
+        stops = StopSignals(settings.stop_signal)
+        stops.install()
         try:
-            return run(self.job, settings, on_stop=requeue)
+            self.announce(settings)
+            from trainer.train import run
+
+            return run(self.job, settings, on_stop=requeue, stops=stops)
         except StopRequested as stop:
             self.exit_after_stop(stop)
             raise  # not reached: exit_after_stop always raises
+        finally:
+            stops.restore()
 
     def announce(self, settings: RunSettings) -> None:
         """Mark the start of this attempt in every rank's log (submitit appends each restart to the

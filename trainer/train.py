@@ -41,19 +41,22 @@ class InjectedFailure(RuntimeError):
 
 
 def run(job: JobConfig, settings: RunSettings, environ: Mapping[str, str] | None = None,
-        on_stop: StopHook | None = None) -> dict[str, Any]:
+        on_stop: StopHook | None = None, stops: StopSignals | None = None) -> dict[str, Any]:
     """Train `job` in this process and return the final metrics (the same on every rank).
 
     On a stop signal every rank finishes its step, rank 0 checkpoints and calls `on_stop`, and
-    StopRequested is raised on every rank (see trainer.stopping).
+    StopRequested is raised on every rank (see trainer.stopping). A caller that installed the stop
+    handlers itself, earlier (the launcher does, before importing torch), passes them as `stops`.
     """
     startup.begin()
     runtime.set_threads(settings.threads)
     env = distenv.resolve(os.environ if environ is None else environ)
     # Catch stop signals from the start: one that arrives while the process group forms or the data
     # loads is honoured at the first step boundary, instead of acting in the middle of a collective.
-    stops = StopSignals(settings.stop_signal)
-    stops.install()
+    own_stops = stops is None
+    if stops is None:
+        stops = StopSignals(settings.stop_signal)
+        stops.install()
     try:
         device = runtime.pick_device(settings.use_gpus, env)
         runtime.init_process_group(env, device, settings.init_timeout_s, settings.collective_timeout_s)
@@ -63,7 +66,8 @@ def run(job: JobConfig, settings: RunSettings, environ: Mapping[str, str] | None
         finally:
             runtime.destroy_process_group()
     finally:
-        stops.restore()
+        if own_stops:
+            stops.restore()
 
 
 def lr_factor(schedule: str, step: int, total: int, warmup_fraction: float) -> float:

@@ -1,0 +1,116 @@
+"""Checkpoints: atomic, checksummed, the newest K kept; a bad one is reported and the previous used;
+and a checkpoint holds everything a resumed run needs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from trainer import checkpoint, events
+from trainer.config import JobConfig, RunSettings
+from trainer.stopping import StopRequested
+from trainer.train import run
+
+NO_LAUNCHER: dict[str, str] = {}  # run() reads the distributed environment from this: one process
+
+
+def _save(folder: Path, step: int, keep: int = 3) -> Path:
+    return checkpoint.save(folder, step, {"w": torch.full((4,), float(step)), "step": step}, keep)
+
+
+def test_keeps_the_newest_k_and_leaves_no_temporary_file(tmp_path: Path) -> None:
+    for step in (10, 20, 30, 40, 50):
+        _save(tmp_path, step, keep=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-000000040.pt", "ckpt-000000050.pt"]
+    state, path = checkpoint.load_latest(tmp_path)
+    assert path.name == "ckpt-000000050.pt" and state["step"] == 50
+
+
+def test_a_leftover_temporary_file_of_a_killed_writer_is_ignored_then_removed(tmp_path: Path) -> None:
+    _save(tmp_path, 10)
+    (tmp_path / ".ckpt-000000020.pt.tmp-99999").write_bytes(b"half a checkpoint")
+    assert checkpoint.load_latest(tmp_path)[1].name == "ckpt-000000010.pt"
+    _save(tmp_path, 30)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-000000010.pt", "ckpt-000000030.pt"]
+
+
+@pytest.mark.parametrize("damage", ["truncated", "checksum", "empty"])
+def test_a_bad_newest_checkpoint_is_reported_and_the_previous_one_used(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], damage: str) -> None:
+    _save(tmp_path, 10)
+    newest = _save(tmp_path, 20)
+    raw = newest.read_bytes()
+    if damage == "truncated":
+        newest.write_bytes(raw[: len(raw) // 2])
+    elif damage == "checksum":
+        flipped = bytearray(raw)
+        flipped[-10] ^= 0xFF  # one byte of the payload: the stored SHA-256 no longer matches
+        newest.write_bytes(bytes(flipped))
+    else:
+        newest.write_bytes(b"")
+    found = checkpoint.load_newest_good(tmp_path)
+    assert found is not None and found.path.name == "ckpt-000000010.pt" and found.state["step"] == 10
+    assert [p.name for p, _ in found.skipped] == ["ckpt-000000020.pt"]
+    err = capsys.readouterr().err
+    assert "cannot load" in err and "ckpt-000000020.pt" in err and "trying the previous one" in err
+    if damage == "checksum":
+        assert "checksum mismatch" in err
+
+
+def test_when_no_checkpoint_loads_training_starts_from_scratch_and_says_why(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _save(tmp_path, 10).write_bytes(b"garbage")
+    assert checkpoint.load_newest_good(tmp_path) is None
+    assert "starting from scratch" in capsys.readouterr().err
+
+
+def _job(**fields: object) -> JobConfig:
+    base = {"name": "ckpt", "epochs": 2, "batch_size_per_rank": 64, "lr_schedule": "onecycle",
+            "eval_every_epochs": 2, "log_every_steps": 1000, "checkpoint_every_steps": 0}
+    return JobConfig(**{**base, **fields})  # type: ignore[arg-type]
+
+
+def _train(run_dir: Path, **fields: object) -> StopRequested | None:
+    try:
+        run(_job(**fields), RunSettings(run_dir=str(run_dir)), environ=NO_LAUNCHER)
+    except StopRequested as stop:
+        return stop
+    return None
+
+
+def test_a_checkpoint_holds_model_optimizer_schedule_rng_sampler_position_counters_and_metrics(tmp_path: Path) -> None:
+    stop = _train(tmp_path, interrupt_at="30")  # digits: 22 steps per epoch, so mid-epoch 2
+    assert stop is not None and stop.step == 30
+    state, path = checkpoint.load_latest(tmp_path / "checkpoints")
+    assert path.name == "ckpt-000000030.pt"
+    assert set(state["model"]) == {"net.1.weight", "net.1.bias", "net.3.weight", "net.3.bias", "net.5.weight",
+                                   "net.5.bias"}
+    momentum = [s["momentum_buffer"] for s in state["optimizer"]["state"].values()]
+    assert len(momentum) == 6 and all(m is not None for m in momentum)
+    assert state["scheduler"]["last_epoch"] == 30  # one LR-schedule step per optimizer step
+    assert (state["epoch"], state["step_in_epoch"], state["global_step"]) == (1, 8, 30)
+    assert state["sampler"] == {"seed": 0, "epoch": 1, "position": 8}
+    assert state["images_seen"] == 1347 + 8 * 64  # all of epoch 1 (1347 images), then 8 batches of 64
+    assert [h["epoch"] for h in state["history"]] == [1] and "train_loss" in state["history"][0]
+    (rank0,) = state["ranks"]  # one entry per rank
+    assert rank0["rng"]["torch"].dtype == torch.uint8 and rank0["rng"]["python"] is not None
+    assert rank0["epoch_loss_sum"].item() > 0 and state["epoch_steps"] == 8
+
+
+def test_resuming_past_a_corrupted_newest_checkpoint_still_ends_bitwise_identical(tmp_path: Path) -> None:
+    assert _train(tmp_path / "reference") is None
+    interrupted = tmp_path / "interrupted"
+    assert _train(interrupted, interrupt_at="10,30").step == 10
+    assert _train(interrupted, interrupt_at="10,30").step == 30
+    newest = interrupted / "checkpoints" / "ckpt-000000030.pt"
+    newest.write_bytes(newest.read_bytes()[:1000])  # a crash of the storage, say
+    # Resumes from the epoch-end checkpoint of step 22 (30 is unreadable) and runs to the end.
+    assert _train(interrupted) is None
+    resumed = [e for e in events.read(interrupted) if e["event"] == "resumed"]
+    assert [e["step"] for e in resumed] == [10, 22]
+    assert "ckpt-000000030.pt" in resumed[-1]["skipped"][0]
+    ref = torch.load(tmp_path / "reference" / "model_final.pt")
+    got = torch.load(interrupted / "model_final.pt")
+    assert ref.keys() == got.keys() and all(torch.equal(ref[k], got[k]) for k in ref)
