@@ -221,7 +221,7 @@ def cancel(argv: list[str]) -> int:
         print(f"nothing to cancel: no task of {relative(run_dir)} is pending or running", flush=True)
         return EXIT_OK
     if info.executor == "slurm":
-        ids = [ts.job_id for ts in active]
+        ids = _scancel_ids([ts.job_id for ts in active], [ts.job_id for ts in states])
         done = subprocess.run(["scancel", *ids], check=False, capture_output=True, text=True, env=info.slurm_env())
         if done.returncode != 0:
             print(f"error: scancel failed: {done.stderr.strip()}", file=sys.stderr)
@@ -234,6 +234,21 @@ def cancel(argv: list[str]) -> int:
     runs.update_record(run_dir, cancelled_at=time.time())
     print(f"cancelled {len(active)} task(s) of {relative(run_dir)}: {what}", flush=True)
     return EXIT_OK
+
+
+def _scancel_ids(active: list[str], every: list[str]) -> list[str]:
+    """Whole arrays by their id where every task of the array is still active, else task by task."""
+    by_array: dict[str, int] = {}
+    for job_id in every:
+        by_array[job_id.split("_")[0]] = by_array.get(job_id.split("_")[0], 0) + 1
+    active_by_array: dict[str, int] = {}
+    for job_id in active:
+        active_by_array[job_id.split("_")[0]] = active_by_array.get(job_id.split("_")[0], 0) + 1
+    ids: dict[str, None] = {}
+    for job_id in active:
+        base = job_id.split("_")[0]
+        ids[base if active_by_array[base] == by_array[base] else job_id] = None
+    return [*ids]
 
 
 def _children(pid: int) -> list[int]:

@@ -197,3 +197,10 @@ def test_sweep_plot_with_a_categorical_key(tmp_path: Path) -> None:
     rows.append({"task": 4, "optimizer": "sgd", "lr": 1.0, "state": "failed", "test_accuracy": None})
     out = plots.write_sweep_plot(rows, ["optimizer", "lr"], "test_accuracy", tmp_path / "s.png", "t")
     assert out is not None and out.read_bytes()[:8] == PNG
+
+
+def test_cancel_names_whole_arrays_only_when_all_their_tasks_are_active() -> None:
+    from launcher.operations import _scancel_ids
+
+    assert _scancel_ids(["5_0", "5_1", "6_1"], ["5_0", "5_1", "6_0", "6_1", "7"]) == ["5", "6_1"]
+    assert _scancel_ids(["7"], ["5_0", "7"]) == ["7"]
