@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import itertools
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -10,6 +13,7 @@ import torch.nn.functional as F
 from torch.utils.data import TensorDataset as TorchTensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
+from tests.helpers import ROOT
 from trainer import data
 
 
@@ -109,3 +113,38 @@ def test_prepare_with_augmentation_normalises_the_crop() -> None:
     reference = data.prepare(crops.contiguous(), d, augment=False, gen=None)
     assert out.is_contiguous(memory_format=torch.channels_last)
     torch.testing.assert_close(out, reference, atol=1e-5, rtol=1e-5)
+
+
+def test_channel_stats_are_exact() -> None:
+    x = torch.randint(0, 256, (50, 3, 8, 8), dtype=torch.uint8)
+    mean, std = data.channel_stats(x)
+    flat = x.double().div(255).transpose(0, 1).reshape(3, -1)
+    torch.testing.assert_close(mean.double(), flat.mean(1), atol=1e-6, rtol=0)
+    torch.testing.assert_close(std.double(), flat.std(1), atol=1e-6, rtol=0)
+
+
+def test_digits_split_is_stratified_fixed_and_loads_without_importing_sklearn() -> None:
+    code = ("import sys; from trainer import data; d = data.load_digits(); "
+            "print(len(d.train_y), len(d.test_y), 'sklearn' in sys.modules, d.test_y[:8].tolist())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr
+    n_train, n_test, sklearn_imported, first = out.stdout.split(maxsplit=3)
+    assert (n_train, n_test, sklearn_imported) == ("1347", "450", "False")
+    d = data.load_digits()
+    assert str(d.test_y[:8].tolist()) == first.strip()  # the same split every time
+    counts = torch.bincount(d.test_y, minlength=10)
+    totals = counts + torch.bincount(d.train_y, minlength=10)
+    assert counts.sum() == 450 and (counts - totals * 0.25).abs().max() < 1  # each class in proportion
+    pixels = {tuple(img.flatten().tolist()) for img in d.train_x}
+    assert d.train_x.dtype == torch.uint8 and len(pixels) > 1300  # real, varied images
+
+
+def test_stratified_test_indices() -> None:
+    import numpy as np
+
+    labels = np.array([0] * 10 + [1] * 7 + [2] * 3)
+    test = data.stratified_test_indices(labels, 0.25, seed=0)
+    assert len(test) == 5 and len(set(test.tolist())) == 5
+    assert sorted(np.bincount(labels[test], minlength=3).tolist()) == [1, 2, 2]
+    assert test.tolist() == data.stratified_test_indices(labels, 0.25, seed=0).tolist()
