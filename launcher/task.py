@@ -147,7 +147,7 @@ class TrainTask(Checkpointable):
             print(f"[task] stopped at step {step} on SIGTERM: checkpointed; the scheduler ends or requeues the job",
                   flush=True)
             raise SystemExit(TERMINATED_EXIT_CODE)
-        why = info.get("message") or info.get("reason") or "unknown"
+        why = str(info.get("message") or info.get("reason") or "unknown").rstrip(".")
         task_dir = Path(self.settings.run_dir)
         run_dir = task_dir.parent if task_dir.name.startswith("task-") else task_dir  # sweep tasks
         raise NotRequeued(

@@ -1,0 +1,89 @@
+"""Failing fast: when one rank raises or dies, every rank ends within 60 s, the job ends failed, and
+the submitter (exit 1) names the rank that failed, with its traceback, before its peers' symptoms."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import last_json, run_submit
+from tests.test_exact_resume import _popen_submit, _wait_for, rank_pid
+
+FAILURE_LOGGED = re.compile(r"submitit ERROR \((\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),\d+\) - Submitted job triggered")
+
+
+def failure_time(run_dir: Path, rank: int) -> float:
+    """When `rank` raised, from submitit's line in that rank's log."""
+    (log,) = (run_dir / "logs").glob(f"*/*_{rank}_log.err")
+    stamp = FAILURE_LOGGED.search(log.read_text())
+    assert stamp, log.read_text()[-2000:]
+    return datetime.datetime.fromisoformat(stamp.group(1)).timestamp()
+
+
+@pytest.mark.parametrize("rank", [1, 0])
+def test_a_rank_that_raises_ends_the_local_run_fast_and_is_named_first(tmp_path: Path, rank: int) -> None:
+    proc = run_submit(["--set", "job.epochs=3", "--set", f"job.fail_at=30:{rank}", "--json"], cwd=tmp_path,
+                      timeout=180)
+    ended = time.time()
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    result = last_json(proc.stdout)
+    assert result["state"] == "FAILED" and result["failed_rank"] == rank
+    assert f"InjectedFailure: injected failure at step 30 on rank {rank}" in result["error"]
+    err = proc.stderr
+    assert err.startswith(f"error: the run failed on rank {rank}: trainer.train.InjectedFailure"), err[:500]
+    assert "Traceback (most recent call last)" in err and 'in train_step' in err
+    # The submitter returns once the local controller has ended, i.e. once every rank has ended.
+    assert ended - failure_time(Path(result["run_dir"]), rank) < 60
+
+
+def sacct_end(job_id: str) -> tuple[str, float]:
+    """(state, end time) of a finished job, once slurmdbd has it."""
+    def ask() -> tuple[str, float] | None:
+        out = subprocess.run(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "State,End"], capture_output=True,
+                             text=True, timeout=30).stdout.strip()
+        if "|" not in out or out.endswith("Unknown"):
+            return None
+        state, end = out.splitlines()[0].split("|")
+        return state, datetime.datetime.fromisoformat(end).timestamp()
+    return _wait_for(ask, 60, f"sacct's end of job {job_id}")
+
+
+@pytest.mark.slurm
+def test_a_rank_that_raises_on_the_dev_cluster_ends_the_job_within_60_s(slurm_cluster: Path, tmp_path: Path) -> None:
+    proc = run_submit(["--profile", "dev-cluster", "--wait", "--set", "job.epochs=3", "--set", "job.fail_at=30:1",
+                       "--json"], cwd=tmp_path, timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    result = last_json(proc.stdout)
+    assert result["failed_rank"] == 1 and "injected failure at step 30 on rank 1" in result["error"]
+    assert proc.stderr.startswith("error: the run failed on rank 1: trainer.train.InjectedFailure")
+    assert "Traceback (most recent call last)" in proc.stderr
+    state, end = sacct_end(result["job_id"])
+    assert state == "FAILED"
+    assert end - failure_time(Path(result["run_dir"]), 1) < 60  # srun --kill-on-bad-exit ended rank 0
+
+
+@pytest.mark.slurm
+def test_killing_a_rank_process_on_the_dev_cluster_ends_the_job_and_names_it(slurm_cluster: Path,
+                                                                               tmp_path: Path) -> None:
+    proc = _popen_submit(["--profile", "dev-cluster", "--wait", "--set", "job.epochs=200", "--json"], tmp_path)
+    try:
+        run_dir = _wait_for(lambda: next((tmp_path / "runs").glob("*/metrics.jsonl"), None), 180,
+                            "the first epoch").parent
+        os.kill(_wait_for(lambda: rank_pid(run_dir, 1), 30, "rank 1's pid"), signal.SIGKILL)
+        killed = time.time()
+        out, err = proc.communicate(timeout=180)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, out + err
+    result = last_json(out)
+    assert result["state"] == "FAILED" and result["failed_rank"] == 1
+    assert re.search(r"task 1: Killed", result["error"]), result["error"]
+    state, end = sacct_end(result["job_id"])
+    assert state == "FAILED" and end - killed < 60

@@ -1,0 +1,106 @@
+"""Requeues on the real dev cluster: a preemption signal (the job requeues itself through submitit),
+`scontrol requeue` (SLURM requeues it), and the pre-timeout signal of a short time limit. Every
+interrupted run resumes from its checkpoint in the same run folder and ends bitwise identical to
+the uninterrupted run."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import last_json, run_submit
+from tests.test_exact_resume import _popen_submit, _wait_for, attempt_banners, same_weights
+from trainer import events
+
+pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
+
+JOB = "extends: digits\nname: digits-requeue\nepochs: 120\neval_every_epochs: 40\nlog_every_steps: 100000\n"
+# 30 minutes: submitit calls a signal in the first 20 minutes a preemption (later: a time-out), and
+# no requeue after a time-out is allowed, so the requeue below shows that preemptions are not capped.
+PROFILE = ["--profile", "dev-cluster", "--wait", "--set", "profile.time_min=30",
+           "--set", "profile.max_timeout_requeues=0", "--json"]
+
+
+class Background:
+    """A `submit.py --wait` running while the test acts on its job."""
+
+    def __init__(self, cwd: Path, args: list[str]) -> None:
+        (cwd / "job.yaml").write_text(JOB)
+        self.cwd, self.proc = cwd, _popen_submit(["--job", "job.yaml", *args], cwd)
+        self._result: dict[str, Any] | None = None
+
+    @property
+    def run_dir(self) -> Path:
+        return _wait_for(lambda: next((self.cwd / "runs").glob("*/run.json"), None), 60, "the run folder").parent
+
+    def result(self) -> dict[str, Any]:
+        if self._result is None:
+            try:
+                out, err = self.proc.communicate(timeout=400)
+            finally:
+                self.proc.kill()
+            assert self.proc.returncode == 0, err[-3000:]
+            self._result = last_json(out)
+        return self._result
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Background:
+    """The uninterrupted run, started at once so that it trains while the tests interrupt theirs."""
+    return Background(tmp_path_factory.mktemp("reference"), PROFILE)
+
+
+def events_of(run_dir: Path, name: str) -> list[dict[str, Any]]:
+    return [e for e in events.read(run_dir) if e["event"] == name]
+
+
+def epochs_done(run_dir: Path) -> int:
+    path = run_dir / "metrics.jsonl"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def test_preemption_signal_then_scontrol_requeue_resume_exactly(reference: Background, tmp_path: Path) -> None:
+    run = Background(tmp_path, PROFILE)
+    run_dir = run.run_dir
+    _wait_for(lambda: epochs_done(run_dir) >= 2, 180, "training")
+    job_id = events_of(run_dir, "started")[0]["job_id"]
+    # A preemption warning: SLURM's --signal is delivered to every task of the job's steps.
+    subprocess.run(["scancel", "--signal=USR2", job_id], check=True, timeout=30)
+    _wait_for(lambda: events_of(run_dir, "resumed"), 180, "the first resume")
+    done = epochs_done(run_dir)
+    _wait_for(lambda: epochs_done(run_dir) > done, 120, "training after the first resume")
+    subprocess.run(["scontrol", "requeue", job_id], check=True, timeout=30)  # SIGTERM, then a new start
+    result = run.result()
+
+    assert result["restarts"] == 2 and result["restart_causes"] == {"preemption": 1, "slurm-requeue": 1}
+    first, second = events_of(run_dir, "stopped")
+    assert first["signal"] == "USR2" and first["requeued"] and first["reason"] == "preemption"
+    assert second["signal"] == "TERM" and not second["requeued"]  # SLURM requeued it, not the job
+    resumed = events_of(run_dir, "resumed")
+    assert [e["step"] for e in resumed] == [first["step"], second["step"]]  # nothing lost either time
+    assert [e["slurm_restart_count"] for e in events_of(run_dir, "started")] == [0, 1, 2]
+    assert attempt_banners(run_dir, 0) == 3 and attempt_banners(run_dir, 1) == 3
+    ref = reference.result()
+    assert ref["restarts"] == 0
+    assert same_weights(Path(ref["run_dir"]) / "model_final.pt", run_dir / "model_final.pt")
+
+
+def test_time_limit_signal_requeues_then_the_time_out_cap_ends_the_job(tmp_path: Path) -> None:
+    # A 1-minute limit with the signal 45 s before it: SLURM signals each attempt 15-45 s after it
+    # starts (it checks limits every 30 s). One requeue after a time-out is allowed, not two.
+    (tmp_path / "job.yaml").write_text("extends: digits\nname: digits-long\nepochs: 5000\neval_every_epochs: 5000\n")
+    proc = run_submit(["--job", "job.yaml", "--profile", "dev-cluster", "--wait", "--set", "profile.time_min=1",
+                       "--set", "profile.signal_delay_s=45", "--set", "profile.max_timeout_requeues=1", "--json"],
+                      cwd=tmp_path, timeout=400)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    result = last_json(proc.stdout)
+    assert result["restarts"] == 1 and result["restart_causes"] == {"timeout": 1}
+    assert "timed-out too many times" in result["error"] and "python submit.py --resume" in proc.stderr
+    run_dir = Path(result["run_dir"])
+    first, second = events_of(run_dir, "stopped")
+    assert first["requeued"] and first["reason"] == "timeout" and not second["requeued"]
+    (resumed,) = events_of(run_dir, "resumed")
+    assert resumed["step"] == first["step"]
