@@ -47,7 +47,7 @@ def sacct_end(job_id: str) -> tuple[str, float]:
     """(state, end time) of a finished job, once slurmdbd has it."""
     def ask() -> tuple[str, float] | None:
         out = subprocess.run(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "State,End"], capture_output=True,
-                             text=True, timeout=30).stdout.strip()
+                             check=False, text=True, timeout=30).stdout.strip()
         if "|" not in out or out.endswith("Unknown"):
             return None
         state, end = out.splitlines()[0].split("|")
