@@ -22,6 +22,7 @@ import pickle
 import re
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -197,12 +198,17 @@ def _expand_array_id(job_id: str) -> list[str]:
     return out
 
 
-def sacct_records(job_ids: list[str], env: dict[str, str]) -> dict[str, SchedulerRecord] | None:
-    """The current record of each job (array tasks one by one); None where accounting is unavailable."""
+def sacct_records(job_ids: list[str], env: dict[str, str],
+                  since: float | None = None) -> dict[str, SchedulerRecord] | None:
+    """The current record of each job (array tasks one by one); None where accounting is unavailable.
+
+    `since` (the run's creation) keeps out older jobs with the same ids: a cluster whose controller
+    state was reset numbers its jobs from 1 again while its accounting database remembers them."""
     if os.environ.get(NO_SACCT_ENV, "") not in ("", "0") or not job_ids:
         return None if job_ids else {}
     bases = ",".join(dict.fromkeys(base_id(j) for j in job_ids))
-    done = _run(["sacct", "-X", "-D", "-P", "-n", "-j", bases,
+    window = ["-S", time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since - 60))] if since else []
+    done = _run(["sacct", "-X", "-D", "-P", "-n", "-j", bases, *window,
                  "--format=JobID,State,Start,End,ElapsedRaw,ExitCode,NodeList"], env)
     if done is None:
         return None
@@ -379,7 +385,7 @@ def task_states(info: RunInfo, use_scheduler: bool = True) -> list[TaskState]:
     slurm = info.executor == "slurm" and use_scheduler
     if slurm:
         env = info.slurm_env()
-        sacct = sacct_records([j for j in current if j], env)
+        sacct = sacct_records([j for j in current if j], env, info.record.get("created"))
         if sacct is None or any(j and j not in sacct for j in current):
             squeue = squeue_records(env)
     overrides = info.overrides
