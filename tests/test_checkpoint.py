@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.helpers import last_json, run_submit
 from trainer import checkpoint, events
 from trainer.config import JobConfig, RunSettings
 from trainer.stopping import StopRequested
@@ -114,3 +115,26 @@ def test_resuming_past_a_corrupted_newest_checkpoint_still_ends_bitwise_identica
     ref = torch.load(tmp_path / "reference" / "model_final.pt")
     got = torch.load(interrupted / "model_final.pt")
     assert ref.keys() == got.keys() and all(torch.equal(ref[k], got[k]) for k in ref)
+
+
+def _checkpoint_steps(run_dir: Path) -> list[int]:
+    return [int(p.name[5:14]) for p in checkpoint.list_checkpoints(run_dir / "checkpoints")]
+
+
+def test_checkpoint_cadence_is_the_profiles_unless_the_job_sets_one(tmp_path: Path) -> None:
+    # digits: 22 steps per epoch, 2 epochs; an epoch end is always checkpointed (but the last one).
+    job = _job(keep_checkpoints=100, checkpoint_every_steps=None)
+    run(job, RunSettings(run_dir=str(tmp_path / "profile"), checkpoint_every_steps=5), environ=NO_LAUNCHER)
+    assert _checkpoint_steps(tmp_path / "profile") == [5, 10, 15, 20, 22, 25, 30, 35, 40]
+    job = _job(keep_checkpoints=100, checkpoint_every_steps=7)
+    run(job, RunSettings(run_dir=str(tmp_path / "job"), checkpoint_every_steps=5), environ=NO_LAUNCHER)
+    assert _checkpoint_steps(tmp_path / "job") == [7, 14, 21, 22, 28, 35, 42]
+
+
+@pytest.mark.parametrize("profile", ["slurm-cpu", "slurm-gpu", "dev-cluster"])
+def test_slurm_profiles_checkpoint_by_default_and_the_job_can_change_it(tmp_path: Path, profile: str) -> None:
+    shown = last_json(run_submit(["--profile", profile, "--dry-run", "--json"], cwd=tmp_path).stdout)
+    assert shown["settings"]["checkpoint_every_steps"] > 0 and shown["job"]["checkpoint_every_steps"] is None
+    shown = last_json(run_submit(["--profile", profile, "--dry-run", "--json", "--set",
+                                  "job.checkpoint_every_steps=25"], cwd=tmp_path).stdout)
+    assert shown["job"]["checkpoint_every_steps"] == 25
