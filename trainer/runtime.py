@@ -56,20 +56,6 @@ def set_threads(requested: int, environ: Mapping[str, str] | None = None) -> int
     return count
 
 
-def deterministic_algorithms() -> None:
-    """torch.use_deterministic_algorithms(True, warn_only=True) without its start-up cost.
-
-    The public call also sets torch._inductor's config, and importing torch._inductor (and with it
-    torch._dynamo) costs every rank 1-2 s at start-up. The trainer only asks for determinism on
-    CPUs, where nothing is compiled, so setting ATen's flag is all it needs.
-    """
-    setter = getattr(torch._C, "_set_deterministic_algorithms", None)
-    if setter is None:  # a torch without the private setter: pay for the public one
-        torch.use_deterministic_algorithms(True, warn_only=True)
-    else:
-        setter(True, warn_only=True)
-
-
 def pick_device(use_gpus: bool, env: DistEnv) -> torch.device:
     if not use_gpus:
         return torch.device("cpu")
