@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import pickle
 import subprocess
 import sys
@@ -84,3 +85,20 @@ def test_cifar10_fast_trains_resnet_small_on_cpu_with_one_thread_per_rank(tmp_pa
     ranks = _rank_results(Path(result["run_dir"]))
     assert len(ranks) == 2
     assert [r["threads"] for r in ranks] == [1, 1]
+
+
+def test_a_cpu_run_does_not_import_what_it_does_not_use() -> None:
+    """Start-up cost: a CPU digits run imports neither scikit-learn (about 1 s per rank) nor
+    torchvision. (torch._dynamo, ~1.3 s, cannot be avoided: torch.optim imports it.)"""
+    code = ("import sys, tempfile, dataclasses\n"
+            "from trainer import train\n"
+            "from trainer.config import RunSettings, load_job\n"
+            "job = dataclasses.replace(load_job('digits'), epochs=1)\n"
+            "assert job.deterministic\n"
+            "train.run(job, RunSettings(run_dir=tempfile.mkdtemp()), environ={})\n"
+            "print(sorted(m for m in ('sklearn', 'torchvision') "
+            "if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[]"
