@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from launcher import preflight, runs, submission
+from launcher.relay import for_local_run as relay_logs
 from launcher.cli import EXIT_FAILED, EXIT_OK, emit, relative
 from launcher.resolve import resolve
 from launcher.sweep import expand, write_tasks
@@ -102,7 +104,9 @@ def send_and_report(sub: submission.Submission, args: argparse.Namespace, argv: 
         return operations.wait_for_sweep(sub.run_dir, jobs, args.json)
     print(f"running {sub.tasks[0].job.name} on {sub.executor} ({sub.profile.world_size} rank(s)), "
           f"run folder {where}", flush=True)
-    done = outcome.wait(jobs[0])
+    relay = relay_logs(jobs[0]) if sub.executor == "local" else None
+    with relay or contextlib.nullcontext():
+        done = outcome.wait(jobs[0])
     if not done.ok:
         rank, short, text = done.failures[0]
         print(f"error: the run failed on rank {rank}: {short}", file=sys.stderr)
