@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Optional
 
-from trainer.schema import ConfigError, require
+from trainer.schema import find_named_file, require
 
 PROFILES_DIR = Path(__file__).resolve().parent.parent / "cluster_profiles"
 SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "URG")
@@ -103,13 +103,5 @@ class Profile:
 
 
 def find_profile_file(name: str, relative_to: Path | None = None) -> Path:
-    """A profile by NAME (cluster_profiles/NAME.yaml) or by path; ConfigError listing the names."""
-    candidates = [Path(name)]
-    if relative_to is not None:
-        candidates.append(relative_to / name)
-    candidates += [PROFILES_DIR / name, PROFILES_DIR / f"{name}.yaml"]
-    for path in candidates:
-        if path.is_file():
-            return path
-    known = sorted(p.stem for p in PROFILES_DIR.glob("*.yaml"))
-    raise ConfigError(f"profile '{name}' not found: not a file, and not one of cluster_profiles/: {', '.join(known)}")
+    """A profile by NAME (cluster_profiles/NAME.yaml) or by path."""
+    return find_named_file("profile", PROFILES_DIR, name, relative_to)

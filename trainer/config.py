@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-from trainer.schema import ConfigError, build, load_with_extends, require
+from trainer.schema import build, find_named_file, load_with_extends, require
 
 MODELS = ("lenet", "mlp", "resnet-small")
 DATASETS = ("digits", "cifar10", "synthetic-cifar10")
@@ -140,16 +140,8 @@ JOBS_DIR = Path(__file__).resolve().parent.parent / "jobs"
 
 
 def find_job_file(name: str, relative_to: Path | None = None) -> Path:
-    """A job by NAME (jobs/NAME.yaml) or by path; ConfigError listing the known names otherwise."""
-    candidates = [Path(name)]
-    if relative_to is not None:
-        candidates.append(relative_to / name)
-    candidates += [JOBS_DIR / name, JOBS_DIR / f"{name}.yaml"]
-    for path in candidates:
-        if path.is_file():
-            return path
-    known = sorted(p.stem for p in JOBS_DIR.glob("*.yaml"))
-    raise ConfigError(f"job '{name}' not found: not a file, and not one of jobs/: {', '.join(known)}")
+    """A job by NAME (jobs/NAME.yaml) or by path."""
+    return find_named_file("job", JOBS_DIR, name, relative_to)
 
 
 def job_from_mapping(data: dict[str, Any], source: str) -> JobConfig:

@@ -206,3 +206,17 @@ def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str
         else:
             out[key] = value
     return out
+
+
+def find_named_file(kind: str, folder: Path, name: str, relative_to: Path | None = None) -> Path:
+    """A `kind` ("job", "profile") by NAME (folder/NAME.yaml) or by path (also relative to the file
+    that `extends:` it); otherwise a ConfigError listing the known names."""
+    candidates = [Path(name)]
+    if relative_to is not None:
+        candidates.append(relative_to / name)
+    candidates += [folder / name, folder / f"{name}.yaml"]
+    for path in candidates:
+        if path.is_file():
+            return path
+    known = sorted(p.stem for p in folder.glob("*.yaml"))
+    raise ConfigError(f"{kind} '{name}' not found: not a file, and not one of {folder.name}/: {', '.join(known)}")
