@@ -13,6 +13,7 @@ import os
 import sys
 
 from trainer.schema import ConfigError
+from trainer.stopping import signal_number as stop_signal_number
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,10 +32,18 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    from trainer.stopping import StopRequested
     from trainer.train import run
 
     settings = RunSettings(run_dir=args.run_dir, data_dir=args.data_dir, use_gpus=args.gpus, threads=args.threads)
-    result = run(job, settings)
+    try:
+        result = run(job, settings)
+    except StopRequested as stop:
+        # Not an error: every rank checkpointed at the same step. The same command resumes from it.
+        if int(os.environ.get("RANK", "0")) == 0:
+            print(f"{stop}; checkpoint in {args.run_dir}/checkpoints: run the same command to resume",
+                  file=sys.stderr)
+        return 128 + (stop_signal_number(stop.signal_name) or 15)
     if int(os.environ.get("RANK", "0")) == 0:
         print(json.dumps(result))
     return 0
