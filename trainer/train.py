@@ -94,6 +94,7 @@ class Trainer:
             torch.use_deterministic_algorithms(True, warn_only=True)
         torch.manual_seed(job.seed)  # same initial weights on every rank (DDP also broadcasts them)
 
+        startup.mark("data_start")
         self.data = self._load_data().to(device)
         startup.mark("data")
         self.gpu = device.type == "cuda"
