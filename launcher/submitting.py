@@ -88,7 +88,7 @@ def send_and_report(sub: submission.Submission, args: argparse.Namespace, argv: 
                               for i, t in enumerate(sub.tasks)])
     jobs = send(sub, chunk)
     job_ids = [str(j.job_id) for j in jobs]
-    record = runs.update_record(sub.run_dir, job_ids=job_ids)
+    runs.update_record(sub.run_dir, job_ids=job_ids)
     where = relative(sub.run_dir)
     if not sub.profile.waits:
         logs = [relative(sub.log_dir / jid.split("_")[0]) for jid in dict.fromkeys(job_ids)]
