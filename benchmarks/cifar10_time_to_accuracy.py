@@ -77,8 +77,8 @@ def main() -> None:
         s = seed_line[i] if i < len(seed_line) else ("", "")
         o = our_line[i] if i < len(our_line) else ("", "")
         rows.append([i + 1, *s, *o])
-    print(f"\nLeNet, 2 local CPU ranks, real CIFAR-10 (JPEG copy): seconds since launch and test accuracy after "
-          f"each epoch\n")
+    print("\nLeNet, 2 local CPU ranks, real CIFAR-10 (JPEG copy): seconds since launch and test accuracy after "
+          "each epoch\n")
     print(common.table(["epoch", "seed: s", "seed: accuracy", f"{args.job}: s", f"{args.job}: accuracy"], rows))
     to_target = first_time(our_line, TARGET)
     to_best = first_time(our_line, seed_best)

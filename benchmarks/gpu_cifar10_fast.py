@@ -41,7 +41,7 @@ class GpuSampler:
         self.proc: subprocess.Popen[str] | None = None
         self.thread: threading.Thread | None = None
 
-    def __enter__(self) -> "GpuSampler":
+    def __enter__(self) -> GpuSampler:
         if shutil.which("nvidia-smi"):
             self.proc = subprocess.Popen(
                 ["nvidia-smi", "--query-gpu=utilization.gpu,memory.used", "--format=csv,noheader,nounits",

@@ -28,6 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common  # noqa: E402
+
 from trainer.config import load_job  # noqa: E402 - no torch: config only
 
 

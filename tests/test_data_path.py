@@ -64,7 +64,7 @@ def test_prepare_without_augmentation_normalises_exactly() -> None:
 
 def _crops(image: torch.Tensor, pad: int) -> dict[tuple[int, int, bool], torch.Tensor]:
     """Every crop RandomCrop(padding=pad) + RandomHorizontalFlip could produce from one image."""
-    c, h, w = image.shape
+    _, h, w = image.shape
     padded = F.pad(image, (pad, pad, pad, pad))  # zero = black, as torchvision pads PIL images
     out = {}
     for dy, dx in itertools.product(range(2 * pad + 1), repeat=2):
