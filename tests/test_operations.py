@@ -50,13 +50,14 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.slurm
 def test_status_logs_and_follow_of_a_running_slurm_job(slurm_cluster: Path, tmp_path: Path) -> None:
-    done = run_submit([*PROFILE, "--job", "digits", "--set", "job.epochs=40", "--set", "job.log_every_steps=20",
+    done = run_submit([*PROFILE, "--job", "digits", "--set", "job.epochs=80", "--set", "job.log_every_steps=20",
                        "--json"], tmp_path, timeout=60)
     assert done.returncode == 0, done.stderr
     run_dir = last_json(done.stdout)["run_dir"]
 
-    running = wait_until(lambda: (s := status_json(run_dir, tmp_path))[0]["state"] == "running" and s, 60,
-                         "the job to run")
+    # Accounting lags the controller by a moment on a fresh cluster: wait until sacct knows the job too.
+    running = wait_until(lambda: (s := status_json(run_dir, tmp_path))[0]["state"] == "running"
+                         and s[0]["source"] == "sacct" and s, 60, "the job to run (as sacct sees it)")
     assert running[0]["task"] == 0 and running[0]["restarts"] == 0 and running[0]["source"] == "sacct"
     # Accounting off: the controller's queue says the same.
     no_sacct = status_json(run_dir, tmp_path, env={"SUBMIT_NO_SACCT": "1"})
@@ -68,7 +69,7 @@ def test_status_logs_and_follow_of_a_running_slurm_job(slurm_cluster: Path, tmp_
     follow = run_submit(["logs", run_dir, "--follow"], tmp_path, timeout=180)
     assert follow.returncode == 0, follow.stderr
     assert "[trainer] epoch 1 step 20/43" in follow.stdout, "plain progress lines in batch logs"
-    assert "epoch 40" in follow.stdout and "test_accuracy" in follow.stdout
+    assert "epoch 80" in follow.stdout and "test_accuracy" in follow.stdout
     assert "\r" not in follow.stdout, "no progress bar in a batch log"
     lines = status_json(run_dir, tmp_path)
     assert lines[0]["state"] == "completed"
