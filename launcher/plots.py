@@ -79,6 +79,12 @@ def write_curves(run_dir: Path, title: str = "") -> Path | None:
         ax.legend()
     fig.suptitle(title or run_dir.name)
     fig.tight_layout()
+    return _save(fig, output)
+
+
+def _save(fig: Any, output: Path) -> Path:
+    """Write the figure under a temporary name, then rename: a reader never sees half a PNG."""
+    plt = _pyplot()
     tmp = output.with_name(f".{output.name}.tmp.png")
     fig.savefig(tmp, dpi=80)
     plt.close(fig)
@@ -130,8 +136,4 @@ def write_sweep_plot(rows: list[dict[str, Any]], swept: list[str], metric: str, 
     note = f" ({failed} task(s) without a result)" if failed else ""
     ax.set_title((title + "\n" if title else "") + f"{metric} vs {x_key}{note}", fontsize="medium")
     fig.tight_layout()
-    tmp = output.with_name(f".{output.name}.tmp.png")
-    fig.savefig(tmp, dpi=80)
-    plt.close(fig)
-    tmp.replace(output)
-    return output
+    return _save(fig, output)
