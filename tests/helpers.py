@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,3 +28,26 @@ def last_json(stdout: str) -> dict[str, Any]:
     lines = [line for line in stdout.splitlines() if line.strip()]
     assert lines, "no output"
     return json.loads(lines[-1])
+
+
+def wait_until(condition: Callable[[], Any], timeout: float, what: str, poll: float = 0.5) -> Any:
+    """Poll `condition` until it returns something truthy (returned), or fail the test."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(poll)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def rank_results(run_dir: Path, job_id: str = "*") -> list[Any]:
+    """What each rank's task function returned, from submitit's per-task result pickles (rank order)."""
+    paths = (run_dir / "logs").glob(f"{job_id}/{job_id}_*_result.pkl")
+    results = []
+    for path in sorted(paths, key=lambda p: (p.parent.name, int(p.name.split("_")[-2]))):
+        with open(path, "rb") as fh:
+            status, value = pickle.load(fh)
+        assert status == "success", value
+        results.append(value)
+    return results

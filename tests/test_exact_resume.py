@@ -13,14 +13,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from tests.helpers import ROOT, SUBMIT, last_json, run_submit
+from tests.helpers import ROOT, SUBMIT, last_json, run_submit, wait_until
 from trainer import events
 from trainer.config import JobConfig, RunSettings
 from trainer.stopping import StopRequested
@@ -130,16 +129,6 @@ def _popen_submit(args: list[str], cwd: Path) -> subprocess.Popen[str]:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
-def _wait_for(predicate: Any, timeout: float, what: str) -> Any:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def rank_pid(run_dir: Path, rank: int) -> int | None:
     """The pid of `rank`'s current attempt, from the banner it writes at the top of its log."""
     for log in (run_dir / "logs").glob(f"*/*_{rank}_log.out"):
@@ -154,9 +143,9 @@ def test_a_stop_signal_sent_to_one_rank_from_outside_requeues_and_resumes_exactl
     (tmp_path / "job.yaml").write_text(LOCAL_JOB)
     proc = _popen_submit(["--job", "job.yaml", "--json"], tmp_path)
     try:
-        run_dir = _wait_for(lambda: next((tmp_path / "runs").glob("*/metrics.jsonl"), None), 120,
+        run_dir = wait_until(lambda: next((tmp_path / "runs").glob("*/metrics.jsonl"), None), 120,
                             "the first epoch").parent
-        os.kill(_wait_for(lambda: rank_pid(run_dir, 1), 30, "rank 1's pid"), signal.SIGUSR2)  # rank 1 only
+        os.kill(wait_until(lambda: rank_pid(run_dir, 1), 30, "rank 1's pid"), signal.SIGUSR2)  # rank 1 only
         out, err = proc.communicate(timeout=240)
     finally:
         proc.kill()

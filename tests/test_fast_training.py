@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import math
 import os
-import pickle
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT, last_json, run_submit
+from tests.helpers import ROOT, last_json, rank_results, run_submit
 from trainer import runtime
 
 
@@ -58,17 +57,6 @@ def test_nothing_else_sets_threads() -> None:
     assert offenders == []
 
 
-def _rank_results(run_dir: Path) -> list[dict]:
-    """What each rank's task function returned, from submitit's per-task result files."""
-    results = []
-    for path in sorted(run_dir.glob("logs/*/*_result.pkl")):
-        with open(path, "rb") as fh:
-            status, value = pickle.load(fh)
-        assert status == "success", value
-        results.append(value)
-    return results
-
-
 def test_cifar10_fast_trains_resnet_small_on_cpu_with_one_thread_per_rank(tmp_path: Path) -> None:
     """The GPU recipe runs unchanged on CPUs (bf16 and compile only apply on GPUs): 2 local ranks,
     2 optimizer steps of resnet-small on CIFAR-10-shaped data, each rank with exactly the one CPU
@@ -82,7 +70,7 @@ def test_cifar10_fast_trains_resnet_small_on_cpu_with_one_thread_per_rank(tmp_pa
     assert result["world_size"] == 2
     assert result["steps"] == 2  # 128 images / 2 ranks / 32 per rank
     assert math.isfinite(result["train_loss"]) and math.isfinite(result["test_loss"])
-    ranks = _rank_results(Path(result["run_dir"]))
+    ranks = rank_results(Path(result["run_dir"]))
     assert len(ranks) == 2
     assert [r["threads"] for r in ranks] == [1, 1]
 

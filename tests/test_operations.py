@@ -8,8 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +15,7 @@ import pytest
 
 from launcher import plots, results
 from launcher.taskstate import _expand_array_id
-from tests.helpers import ROOT, SUBMIT, last_json, run_submit
+from tests.helpers import ROOT, SUBMIT, last_json, run_submit, wait_until
 
 PROFILE = ["--profile", "dev-cluster", "--set", "profile.nodes=1"]
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -27,16 +25,6 @@ def status_json(run_dir: str, cwd: Path, env: dict[str, str] | None = None) -> l
     done = run_submit(["status", run_dir, "--json"], cwd, timeout=60, env=env)
     assert done.returncode == 0, done.stderr
     return [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
-
-
-def wait_until(condition: Callable[[], Any], timeout: float, what: str, poll: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(poll)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def _alive(pid: int) -> bool:

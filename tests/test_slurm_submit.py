@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
 import shlex
 import subprocess
 import sys
@@ -19,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.helpers import rank_results
 
 ROOT = Path(__file__).resolve().parent.parent
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED")
@@ -61,18 +62,6 @@ def sacct_state(job_id: str, timeout: float = 60) -> str:
             return state
         time.sleep(1)
     return state
-
-
-def rank_results(run_dir: Path, job_id: str) -> list[dict[str, Any]]:
-    """What each task returned, from submitit's per-task result pickles (rank order)."""
-    folder = run_dir / "logs" / job_id
-    results = []
-    for path in sorted(folder.glob(f"{job_id}_*_result.pkl"), key=lambda p: int(p.name.split("_")[1])):
-        with open(path, "rb") as fh:
-            status, value = pickle.load(fh)
-        assert status == "success", value
-        results.append(value)
-    return results
 
 
 def jobs_named(name: str) -> str:
