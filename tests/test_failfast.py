@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import last_json, run_submit
-from tests.test_exact_resume import _popen_submit, _wait_for, rank_pid
+from tests.helpers import last_json, run_submit, wait_until
+from tests.test_exact_resume import _popen_submit, rank_pid
 
 FAILURE_LOGGED = re.compile(r"submitit ERROR \((\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),\d+\) - Submitted job triggered")
 
@@ -52,7 +52,7 @@ def sacct_end(job_id: str) -> tuple[str, float]:
             return None
         state, end = out.splitlines()[0].split("|")
         return state, datetime.datetime.fromisoformat(end).timestamp()
-    return _wait_for(ask, 60, f"sacct's end of job {job_id}")
+    return wait_until(ask, 60, f"sacct's end of job {job_id}")
 
 
 @pytest.mark.slurm
@@ -74,9 +74,9 @@ def test_killing_a_rank_process_on_the_dev_cluster_ends_the_job_and_names_it(slu
                                                                                tmp_path: Path) -> None:
     proc = _popen_submit(["--profile", "dev-cluster", "--wait", "--set", "job.epochs=200", "--json"], tmp_path)
     try:
-        run_dir = _wait_for(lambda: next((tmp_path / "runs").glob("*/metrics.jsonl"), None), 180,
+        run_dir = wait_until(lambda: next((tmp_path / "runs").glob("*/metrics.jsonl"), None), 180,
                             "the first epoch").parent
-        os.kill(_wait_for(lambda: rank_pid(run_dir, 1), 30, "rank 1's pid"), signal.SIGKILL)
+        os.kill(wait_until(lambda: rank_pid(run_dir, 1), 30, "rank 1's pid"), signal.SIGKILL)
         killed = time.time()
         out, err = proc.communicate(timeout=180)
     finally:

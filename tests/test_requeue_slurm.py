@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import last_json, run_submit
-from tests.test_exact_resume import _popen_submit, _wait_for, attempt_banners, same_weights
+from tests.helpers import last_json, run_submit, wait_until
+from tests.test_exact_resume import _popen_submit, attempt_banners, same_weights
 from trainer import events
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
@@ -34,7 +34,7 @@ class Background:
 
     @property
     def run_dir(self) -> Path:
-        return _wait_for(lambda: next((self.cwd / "runs").glob("*/run.json"), None), 60, "the run folder").parent
+        return wait_until(lambda: next((self.cwd / "runs").glob("*/run.json"), None), 60, "the run folder").parent
 
     def result(self) -> dict[str, Any]:
         if self._result is None:
@@ -65,13 +65,13 @@ def epochs_done(run_dir: Path) -> int:
 def test_preemption_signal_then_scontrol_requeue_resume_exactly(reference: Background, tmp_path: Path) -> None:
     run = Background(tmp_path, PROFILE)
     run_dir = run.run_dir
-    _wait_for(lambda: epochs_done(run_dir) >= 2, 180, "training")
+    wait_until(lambda: epochs_done(run_dir) >= 2, 180, "training")
     job_id = events_of(run_dir, "started")[0]["job_id"]
     # A preemption warning: SLURM's --signal is delivered to every task of the job's steps.
     subprocess.run(["scancel", "--signal=USR2", job_id], check=True, timeout=30)
-    _wait_for(lambda: events_of(run_dir, "resumed"), 180, "the first resume")
+    wait_until(lambda: events_of(run_dir, "resumed"), 180, "the first resume")
     done = epochs_done(run_dir)
-    _wait_for(lambda: epochs_done(run_dir) > done, 120, "training after the first resume")
+    wait_until(lambda: epochs_done(run_dir) > done, 120, "training after the first resume")
     subprocess.run(["scontrol", "requeue", job_id], check=True, timeout=30)  # SIGTERM, then a new start
     result = run.result()
 
