@@ -186,7 +186,7 @@ def main() -> None:
     args = parser.parse_args()
     env = cluster_env()
     if env is None:
-        sys.exit("the dev cluster is not up: python -m tests.slurm_cluster up --nodes 4")
+        sys.exit("the dev cluster is not up: python -m launcher.devcluster up --nodes 4")
     os.environ.update(env)
     rows = []
     todo = [s for s in SCENARIOS if s not in args.skip]

@@ -88,7 +88,7 @@ def main() -> None:
     print(common.load_note())
     slurm = cluster_env()
     if slurm is None:
-        print("The dev cluster is not up: start it with `python -m tests.slurm_cluster up --nodes 4`.")
+        print("The dev cluster is not up: start it with `python -m launcher.devcluster up --nodes 4`.")
         sys.exit(1)
     torch_s = torch_import_seconds()
     runs = [one_run(args.job, slurm) for _ in range(args.repeat)]

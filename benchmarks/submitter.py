@@ -4,7 +4,7 @@
 
 Each command runs `--repeat` times as a fresh process (what a user waits for); the table shows the
 median and the fastest. The 1,000-task array goes to the shared dev cluster (`python -m
-tests.slurm_cluster status`) and is cancelled with scancel as soon as sbatch returned, so the cluster
+launcher.devcluster status`) and is cancelled with scancel as soon as sbatch returned, so the cluster
 is not flooded. Goals: dry run < 0.5 s; 1,000-task submission < dry run + 1 s.
 """
 
@@ -32,7 +32,7 @@ def timed(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, subpro
 
 
 def cluster_env() -> dict[str, str] | None:
-    proc = subprocess.run([sys.executable, "-m", "tests.slurm_cluster", "env"], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "launcher.devcluster", "env"], capture_output=True, text=True,
                           cwd=common.ROOT)
     if proc.returncode != 0:
         return None
@@ -41,7 +41,7 @@ def cluster_env() -> dict[str, str] | None:
         if line.startswith("export ") and "=" in line:
             key, _, value = line[len("export "):].partition("=")
             env[key] = value.strip("'\"")
-    up = subprocess.run([sys.executable, "-m", "tests.slurm_cluster", "status"], capture_output=True, text=True,
+    up = subprocess.run([sys.executable, "-m", "launcher.devcluster", "status"], capture_output=True, text=True,
                         cwd=common.ROOT)
     return env if up.returncode == 0 and "cluster is UP" in up.stdout else None
 
@@ -76,7 +76,7 @@ def main() -> None:
     slurm = cluster_env()
     submit_s = None
     if slurm is None:
-        print("NOTE: the dev cluster is not up (python -m tests.slurm_cluster status): SLURM rows skipped")
+        print("NOTE: the dev cluster is not up (python -m launcher.devcluster status): SLURM rows skipped")
     else:
         measure("submit.py --profile dev-cluster --dry-run", [*submit, "--profile", "dev-cluster", "--dry-run"],
                 slurm)

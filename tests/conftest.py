@@ -1,4 +1,4 @@
-"""Shared pytest fixtures: access to the SLURM dev cluster (tests/slurm_cluster.py)."""
+"""Shared pytest fixtures: access to the SLURM dev cluster (launcher/devcluster)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,12 @@ from pathlib import Path
 
 import pytest
 
-# Aliased: the fixture below is called slurm_cluster too.
-from tests import slurm_cluster as dev_cluster
+from launcher import devcluster as dev_cluster
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", "slurm: needs the SLURM dev cluster (python -m tests.slurm_cluster up)"
+        "markers", "slurm: needs the SLURM dev cluster (python -m launcher.devcluster up)"
     )
 
 
@@ -30,7 +29,7 @@ def slurm_cluster() -> Iterator[Path]:
             pytest.fail("SLURM dev cluster is not running; .ci/run must start it", pytrace=False)
         pytest.skip(
             "SLURM dev cluster not running: start it with "
-            "`python -m tests.slurm_cluster up --nodes 4` (needs root)"
+            "`python -m launcher.devcluster up --nodes 4` (needs root)"
         )
     added = dev_cluster.client_env()
     # Plain assignment (monkeypatch is function-scoped), restored at teardown.

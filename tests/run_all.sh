@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 # Tests kill ranks on purpose; their core dumps would fill the disk.
 ulimit -c 0
 python3 -m pip install --quiet --disable-pip-version-check torch==2.14.1 torchvision==0.29.1 -e '.[test]'
-python3 -m tests.slurm_cluster install
-python3 -m tests.slurm_cluster up --nodes 4
-trap 'python3 -m tests.slurm_cluster down' EXIT
+python3 -m launcher.devcluster install
+python3 -m launcher.devcluster up --nodes 4
+trap 'python3 -m launcher.devcluster down' EXIT
 python3 -m pytest "$@"

@@ -1,15 +1,20 @@
-"""Real jobs against the SLURM dev cluster (python -m tests.slurm_cluster up --nodes 4)."""
+"""The SLURM dev cluster (python -m launcher.devcluster up --nodes 4): real jobs on it, and its own files."""
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
+from launcher.devcluster import config
+
+# The tests that need the running cluster; the file and import tests below do not.
+on_cluster = pytest.mark.usefixtures("slurm_cluster")
 
 # Other users may run jobs on the shared dev cluster, so busy nodes are fine;
 # down/drained/not responding ("*") are not.
@@ -34,7 +39,7 @@ def node_states(partition: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def two_node_job(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, list[str]]:
+def two_node_job(slurm_cluster: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, list[str]]:
     out = tmp_path_factory.mktemp("slurm") / "two_node.out"
     job_id = sbatch_wait(
         out, "-N2", "--ntasks-per-node=2", "--time=00:05:00",
@@ -44,6 +49,8 @@ def two_node_job(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, list[st
     return job_id, out.read_text().splitlines()
 
 
+@pytest.mark.slurm
+@on_cluster
 def test_cpu_partition_nodes_are_up() -> None:
     states = node_states("cpu")
     assert len(states) >= 2, states
@@ -51,6 +58,8 @@ def test_cpu_partition_nodes_are_up() -> None:
     assert set(node_states("gpu").values()) <= USABLE
 
 
+@pytest.mark.slurm
+@on_cluster
 def test_two_node_job_runs_ranks_on_distinct_nodes(two_node_job: tuple[str, list[str]]) -> None:
     _, lines = two_node_job
     ranks = dict(line.split() for line in lines)  # "rank=N" -> "node=NAME"
@@ -58,6 +67,8 @@ def test_two_node_job_runs_ranks_on_distinct_nodes(two_node_job: tuple[str, list
     assert len(set(ranks.values())) == 2, lines
 
 
+@pytest.mark.slurm
+@on_cluster
 def test_sacct_records_completed_job(two_node_job: tuple[str, list[str]]) -> None:
     job_id, _ = two_node_job
     state = ""
@@ -70,6 +81,8 @@ def test_sacct_records_completed_job(two_node_job: tuple[str, list[str]]) -> Non
     assert state == "COMPLETED"
 
 
+@pytest.mark.slurm
+@on_cluster
 def test_gpu_partition_maps_gpus(tmp_path: Path) -> None:
     out = tmp_path / "gpu.out"
     sbatch_wait(out, "-p", "gpu", "--gpus-per-node=2", "--time=00:05:00", "--wrap", "env")
@@ -79,9 +92,41 @@ def test_gpu_partition_maps_gpus(tmp_path: Path) -> None:
     assert env["SLURMD_NODENAME"].startswith("gpu")
 
 
+@pytest.mark.slurm
+@on_cluster
 def test_scontrol_show_hostnames_resolve_to_distinct_addresses() -> None:
     names = run("scontrol", "show", "hostnames", "cpu[1-2],gpu1").split()
     assert names == ["cpu1", "cpu2", "gpu1"]
     # Jobs use these names as e.g. MASTER_ADDR, so they must resolve (/etc/hosts).
     addrs = {socket.gethostbyname(name) for name in names}
     assert len(addrs) == 3 and all(a.startswith("127.0.1.") for a in addrs)
+
+
+OLD_MARK = "# dev-cluster node (tests/slurm_cluster.py)"
+
+
+def test_hosts_lines_of_the_old_tests_module_are_replaced_not_duplicated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hosts = tmp_path / "hosts"
+    old = [f"127.0.1.{i}\tcpu{i}\t{OLD_MARK}" for i in range(1, 5)] + [f"127.0.1.11\tgpu1\t{OLD_MARK}"]
+    hosts.write_text("\n".join(["127.0.0.1\tlocalhost", *old, "10.0.0.1\tother"]) + "\n")
+    monkeypatch.setattr(config, "HOSTS_FILE", hosts)
+    spec = config.Spec(nodes=2, max_array_size=1001)
+    config.ensure_hosts(spec)
+    first = hosts.read_text()
+    config.ensure_hosts(spec)
+    assert hosts.read_text() == first  # idempotent
+    lines = first.splitlines()
+    assert lines[:2] == ["127.0.0.1\tlocalhost", "10.0.0.1\tother"]  # others' lines kept
+    assert not [line for line in lines if OLD_MARK in line]  # stale cpu3, cpu4 gone too
+    assert lines[2:] == [f"{n.addr}\t{n.name}\t{config.HOSTS_MARK}" for n in spec.all_nodes()]
+    assert [line.split()[1] for line in lines[2:]] == ["cpu1", "cpu2", "gpu1", "gpu2"]
+
+
+def test_the_package_stands_alone_and_imports_nothing_heavy() -> None:
+    code = ("import json, sys, launcher.devcluster; "
+            "print(json.dumps(sorted(m for m in sys.modules if m.startswith(('launcher', 'trainer', 'torch')))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    loaded = json.loads(out)
+    assert [m for m in loaded if not m.startswith("launcher.devcluster")] == ["launcher"], loaded

@@ -1,0 +1,44 @@
+"""A real multi-node SLURM 22.05 cluster on this one machine (a product tool).
+
+Usage (as root; the daemons, /etc/hosts and apt need it)::
+
+    python -m launcher.devcluster install          # apt-get the packages if missing
+    python -m launcher.devcluster up --nodes 4     # start (idempotent), wait for nodes
+    python -m launcher.devcluster status           # exit 0 if up, 1 if not
+    python -m launcher.devcluster env              # eval "$(... env)" for sinfo/sbatch
+    python -m launcher.devcluster down             # stop everything it started
+
+Modules: ``paths`` (the state folder, settings, ClusterError), ``config`` (the
+spec, slurm.conf/gres.conf/slurmdbd.conf, /etc/hosts), ``processes`` (pid
+files, starting and stopping), ``daemons`` (munge, MariaDB, slurmdbd,
+slurmctld, slurmd, accounting, node readiness), ``commands`` and ``cli``.
+It imports nothing else from ``launcher``. This file only hands names on.
+"""
+
+from launcher.devcluster.cli import main
+from launcher.devcluster.commands import (
+    APT_PACKAGES, REQUIRED_BINARIES, down, install, is_up, missing_binaries, print_env, status,
+    up,
+)
+from launcher.devcluster.config import (
+    HOSTS_FILE, HOSTS_MARK, OLD_HOSTS_MARKS, Node, Spec, ensure_hosts, load_spec,
+    render_gres_conf, render_slurm_conf, render_slurmdbd_conf, write_configs,
+)
+from launcher.devcluster.daemons import USABLE_STATES, node_states, wait_nodes_ready
+from launcher.devcluster.paths import (
+    ACCOUNT, CLUSTER_NAME, CRED_EXPIRE_S, CTLD_PORT, DAEMON_MARK_VAR, DBD_PORT,
+    DEFAULT_MAX_ARRAY_SIZE, GPU_NODES, GPUS_PER_NODE, MARIADB_PORT, MAX_NODES, PROJECT_ROOT,
+    READY_TIMEOUT_S, STATE_DIR, ClusterError, client_env, slurm_conf_path,
+)
+from launcher.devcluster.processes import running_pid
+
+__all__ = [
+    "ACCOUNT", "APT_PACKAGES", "CLUSTER_NAME", "CRED_EXPIRE_S", "CTLD_PORT", "ClusterError",
+    "DAEMON_MARK_VAR", "DBD_PORT", "DEFAULT_MAX_ARRAY_SIZE", "GPU_NODES", "GPUS_PER_NODE",
+    "HOSTS_FILE", "HOSTS_MARK", "MARIADB_PORT", "MAX_NODES", "Node", "OLD_HOSTS_MARKS",
+    "PROJECT_ROOT", "READY_TIMEOUT_S", "REQUIRED_BINARIES", "STATE_DIR", "Spec",
+    "USABLE_STATES", "client_env", "down", "ensure_hosts", "install", "is_up", "load_spec",
+    "main", "missing_binaries", "node_states", "print_env", "render_gres_conf",
+    "render_slurm_conf", "render_slurmdbd_conf", "running_pid", "slurm_conf_path", "status",
+    "up", "wait_nodes_ready", "write_configs",
+]
