@@ -6,7 +6,7 @@ See `python submit.py --help`. This file only hands over to the launcher's comma
 
 import sys
 
-from launcher.cli import main
+from launcher.commands.main import main
 
 if __name__ == "__main__":
     sys.exit(main())

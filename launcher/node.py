@@ -1,6 +1,8 @@
-"""The function submitit runs once per task: it calls the trainer and cooperates with requeueing.
+"""The node side: what submitit runs once per task (train a job, or probe the allocation).
 
-Kept free of torch at import time (the submitter pickles it); the trainer is imported on the node.
+`TrainTask` calls the trainer and cooperates with requeueing; `probe_task` reports where a task
+landed. Kept free of torch at import time (the submitter pickles these); the trainer is imported
+on the node.
 
 How a requeue goes (SLURM's pre-timeout or preemption signal, or the local executor's):
 
@@ -32,11 +34,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from submitit.core.utils import UncompletedJobError
 from submitit.helpers import Checkpointable
 
-from trainer import events
+from launcher import submitit_private
+from trainer import distenv, events
 from trainer.config import JobConfig, RunSettings
-from trainer.distenv import resolve
 from trainer.stopping import TERMINATE, StopRequested, StopSignals
 
 # Exit code of ranks that stopped on SIGTERM (128 + 15, what the signal itself would give).
@@ -57,25 +60,17 @@ class SubmititRequeue:
     def current(cls) -> SubmititRequeue | None:
         """submitit's handler for its requeue signal in this process (None outside a submitit job,
         e.g. the debug executor, which installs none)."""
-        from submitit.core.job_environment import JobEnvironment, SignalHandler
-
-        try:
-            signum = JobEnvironment._usr_sig()  # the signal submitit itself listens to here
-        except RuntimeError:
-            return None
-        owner = getattr(signal.getsignal(signum), "__self__", None)
-        return cls(owner, signum) if isinstance(owner, SignalHandler) else None
+        found = submitit_private.requeue_handler()
+        return None if found is None else cls(*found)
 
     @property
     def signal_name(self) -> str:
         return signal.Signals(self.signum).name.removeprefix("SIG")
 
     def __call__(self, signal_name: str) -> dict[str, Any]:
-        from submitit.core.utils import UncompletedJobError
-
         timed_out = self.handler.has_timed_out()
         reason = "timeout" if timed_out else "preemption"
-        countdown = getattr(getattr(self.handler, "_delayed", None), "_timeout_countdown", None)
+        countdown = submitit_private.timeout_requeues_left(self.handler)
         left = None if countdown is None else countdown - int(timed_out)
         decision: dict[str, Any] = {"reason": reason, "timeout_requeues_left": left}
         try:
@@ -92,8 +87,9 @@ class TrainTask(Checkpointable):
     """Train one job. On requeue, submitit pickles this same object again; the trainer then resumes
     from the newest good checkpoint in the run folder, so no state needs to travel in the pickle."""
 
-    def __init__(self, job: JobConfig, settings: RunSettings) -> None:
-        self.job, self.settings = job, settings
+    def __init__(self, job: JobConfig, settings: RunSettings, run_root: str = "") -> None:
+        # run_root: the run folder `--resume` takes (a sweep task trains in a folder below it).
+        self.job, self.settings, self.run_root = job, settings, run_root or settings.run_dir
 
     def __call__(self) -> dict[str, Any]:
         requeue = SubmititRequeue.current()
@@ -108,7 +104,7 @@ class TrainTask(Checkpointable):
         stops.install()
         try:
             self.announce(settings)
-            from trainer.train import run
+            from trainer.train import run  # torch: only after the stop handlers are in place (above)
 
             return run(self.job, settings, on_stop=requeue, stops=stops)
         except StopRequested as stop:
@@ -120,7 +116,7 @@ class TrainTask(Checkpointable):
     def announce(self, settings: RunSettings) -> None:
         """Mark the start of this attempt in every rank's log (submitit appends each restart to the
         same files) and, on rank 0, in the run's event log."""
-        env = resolve(os.environ)
+        env = distenv.resolve(os.environ)
         restart = os.environ.get("SLURM_RESTART_COUNT", "0")
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
         slurm = f", SLURM restart count {restart}" if "SLURM_JOB_ID" in os.environ else ""
@@ -149,8 +145,28 @@ class TrainTask(Checkpointable):
             raise SystemExit(TERMINATED_EXIT_CODE)
         why = str(info.get("message") or info.get("reason") or "unknown").rstrip(".")
         task_dir = Path(self.settings.run_dir)
-        run_dir = task_dir.parent if task_dir.name.startswith("task-") else task_dir  # sweep tasks
         raise NotRequeued(
             f"stopped at step {step} on SIG{name} ({info.get('reason', 'stop signal')}) and not requeued: {why}. "
             f"The checkpoint of step {step} is in {task_dir / 'checkpoints'}; "
-            f"continue with: python submit.py --resume {run_dir}") from None
+            f"continue with: python submit.py --resume {self.run_root}") from None
+
+
+# What SLURM tells a task about its GPUs (which variables are set depends on the cluster's gres.conf:
+# a count-only GRES sets SLURM_GPUS_ON_NODE but no device list).
+GPU_VARIABLES = ("CUDA_VISIBLE_DEVICES", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "SLURM_GPUS_ON_NODE")
+# Shown too: what the submitter promised the job's environment.
+OTHER_VARIABLES = ("SLURM_JOB_ID", "SLURM_CPUS_PER_TASK", "SUBMITIT_PREEMPT_SIGNAL", "OMP_NUM_THREADS")
+
+
+def probe_task() -> dict[str, Any]:
+    """`submit.py probe`, once per task on the node: where am I, and what did SLURM give me? (torch-free)"""
+    where = distenv.resolve(os.environ)
+    report: dict[str, Any] = {
+        "rank": where.rank, "world_size": where.world_size, "local_rank": where.local_rank,
+        "node": os.environ.get("SLURMD_NODENAME", socket.gethostname()),
+        "master_addr": where.master_addr, "master_port": where.master_port,
+        "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+    }
+    for name in GPU_VARIABLES + OTHER_VARIABLES:
+        report[name] = os.environ.get(name)
+    return report

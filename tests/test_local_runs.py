@@ -57,7 +57,7 @@ def test_debug_executor_stops_at_a_breakpoint(tmp_path: Path) -> None:
             "def fit(self):\n    breakpoint()\n    return orig(self)\n"
             "t.Trainer.fit = fit\n"
             f"sys.argv = ['submit.py', '--profile', 'debug', '--job', {str(job)!r}]\n"
-            "from launcher.cli import main\nsys.exit(main())\n")
+            "from launcher.commands.main import main\nsys.exit(main())\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, input="p self.env.launcher\nc\n",
                           capture_output=True, text=True, timeout=300, env={**os.environ, **env,
                                                                             "PYTHONPATH": str(ROOT)})
@@ -108,7 +108,7 @@ def test_ddp_averages_gradients_like_one_process_on_the_concatenated_batch(tmp_p
 @pytest.mark.parametrize("args", [["--help"], ["--dry-run"], ["--profile", "slurm-gpu", "--dry-run", "--json"]])
 def test_help_and_dry_run_do_not_import_torch(tmp_path: Path, args: list[str]) -> None:
     code = ("import sys; sys.argv = ['submit.py', *sys.argv[1:]]\n"
-            "from launcher.cli import main\n"
+            "from launcher.commands.main import main\n"
             "try:\n    rc = main()\nexcept SystemExit as e:\n    rc = e.code\n"
             "print('TORCH_IMPORTED' if 'torch' in sys.modules else 'NO_TORCH'); sys.exit(rc)\n")
     proc = subprocess.run([sys.executable, "-c", code, *args], cwd=tmp_path, capture_output=True, text=True,

@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from launcher import plots, results
-from launcher.taskstate import _expand_array_id
+from launcher.cluster.jobids import expand_array_id
+from launcher.cluster.slurm.accounting import scancel_ids
+from launcher.rundir import plots, results
 from tests.helpers import ROOT, SUBMIT, last_json, run_submit, wait_until
 
 PROFILE = ["--profile", "dev-cluster", "--set", "profile.nodes=1"]
@@ -168,9 +169,9 @@ def test_status_of_a_missing_run_is_a_one_line_error(tmp_path: Path) -> None:
 # ----- pieces --------------------------------------------------------------------------------------
 
 def test_pending_array_ranges_expand_to_tasks() -> None:
-    assert _expand_array_id("12_[3-5,7%2]") == ["12_3", "12_4", "12_5", "12_7"]
-    assert _expand_array_id("12_[0]") == ["12_0"]
-    assert _expand_array_id("12_4") == ["12_4"] and _expand_array_id("12") == ["12"]
+    assert expand_array_id("12_[3-5,7%2]") == ["12_3", "12_4", "12_5", "12_7"]
+    assert expand_array_id("12_[0]") == ["12_0"]
+    assert expand_array_id("12_4") == ["12_4"] and expand_array_id("12") == ["12"]
 
 
 def test_rows_sort_best_first_and_failures_last() -> None:
@@ -189,7 +190,6 @@ def test_sweep_plot_with_a_categorical_key(tmp_path: Path) -> None:
 
 
 def test_cancel_names_whole_arrays_only_when_all_their_tasks_are_active() -> None:
-    from launcher.operations import _scancel_ids
 
-    assert _scancel_ids(["5_0", "5_1", "6_1"], ["5_0", "5_1", "6_0", "6_1", "7"]) == ["5", "6_1"]
-    assert _scancel_ids(["7"], ["5_0", "7"]) == ["7"]
+    assert scancel_ids(["5_0", "5_1", "6_1"], ["5_0", "5_1", "6_0", "6_1", "7"]) == ["5", "6_1"]
+    assert scancel_ids(["7"], ["5_0", "7"]) == ["7"]

@@ -1,4 +1,4 @@
-"""submit.py against the real SLURM dev cluster (tests/slurm_cluster.py): multi-node DDP, results back
+"""submit.py against the real SLURM dev cluster (launcher/devcluster): multi-node DDP, results back
 to the submitter, accounting, preflight, submitting from inside a job, the GPU partition.
 
 Every submission runs `python submit.py` as a user would, from a shell without SLURM_CONF: the
@@ -154,7 +154,7 @@ def test_job_environment_on_the_nodes(slurm_cluster: Path, tmp_path: Path) -> No
     assert "--kill-on-bad-exit=1" in script and "#SBATCH --requeue" in script
     assert "#SBATCH --signal=USR2@30" in script
     # The probe sees the same environment inside the tasks.
-    probe = subprocess.run([sys.executable, "-m", "launcher.probe", "--profile", "dev-cluster",
+    probe = subprocess.run([sys.executable, "submit.py", "probe", "--profile", "dev-cluster",
                             "--set", "profile.cpus_per_task=2", "--set", f"profile.runs_dir={tmp_path}", "--json"],
                            cwd=ROOT, env=user_env(), capture_output=True, text=True, timeout=120, check=False)
     assert probe.returncode == 0, probe.stderr
@@ -271,16 +271,17 @@ def test_missing_slurm_conf_is_a_clear_error(slurm_cluster: Path, tmp_path: Path
 
 
 def test_array_chunk_size_follows_the_clusters_max_array_size(slurm_cluster: Path, tmp_path: Path) -> None:
-    from launcher import slurm_preflight, submission
-    from launcher.resolve import resolve
+    from launcher.cluster.slurm import limits
+    from launcher.config.resolve import resolve
+    from launcher.request.submission import slurm_request
 
     config = slurm("scontrol", "show", "config")
     max_array = int(next(line for line in config.splitlines() if line.startswith("MaxArraySize")).split("=")[1])
 
     def chunk(*sets: str) -> int | None:
         resolved = resolve("dev-cluster", "digits", list(sets))
-        sub = submission.build(resolved.profile, [(resolved.job, {})], tmp_path / "run")
-        return slurm_preflight.check(sub, resolved.profile_source)
+        profile = resolved.profile
+        return limits.check(slurm_request(profile, "digits"), profile.max_array_size, resolved.profile_source)
 
     # Array indices run to MaxArraySize - 1 and ours start at 0: MaxArraySize tasks fit in one array.
     assert chunk() == max_array
@@ -312,7 +313,7 @@ def test_submitting_from_inside_a_job(slurm_cluster: Path, tmp_path: Path) -> No
 # ----- the GPU partition (count-only GRES, no CUDA) ----------------------------------------------------
 
 def test_probe_shows_gpu_mapping_per_task(slurm_cluster: Path, tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "launcher.probe", "--profile", "dev-cluster-gpu",
+    proc = subprocess.run([sys.executable, "submit.py", "probe", "--profile", "dev-cluster-gpu",
                            "--set", f"profile.runs_dir={tmp_path}", "--json"],
                           cwd=ROOT, env=user_env(), capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
@@ -337,10 +338,10 @@ def test_probe_shows_gpu_mapping_per_task(slurm_cluster: Path, tmp_path: Path) -
 @pytest.mark.parametrize("args,message", [
     (["--set", "profile.gpus_per_node=8", "--set", "profile.tasks_per_node=8"],
      "profile.gpus_per_node: 8 exceeds the 4 GPU(s)"),
-    (["--set", "profile.sbatch_extra.exclude=gpu9"], "sbatch refused the probe, nothing was queued"),
+    (["--set", "profile.sbatch_extra.exclude=gpu9"], "sbatch refused the job, nothing was queued"),
 ])
 def test_probe_refuses_like_submit(slurm_cluster: Path, tmp_path: Path, args: list[str], message: str) -> None:
-    proc = subprocess.run([sys.executable, "-m", "launcher.probe", "--profile", "dev-cluster-gpu", *args,
+    proc = subprocess.run([sys.executable, "submit.py", "probe", "--profile", "dev-cluster-gpu", *args,
                            "--set", f"profile.runs_dir={tmp_path}"],
                           cwd=ROOT, env=user_env(), capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 2, proc.stdout + proc.stderr

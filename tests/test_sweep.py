@@ -221,7 +221,7 @@ def test_status_without_accounting_reads_squeue_and_the_run_folder(six_task_swee
 
 def test_status_draws_missing_curves_a_batch_at_a_time(six_task_sweep: dict[str, Any]) -> None:
     """A thousand-task sweep must not make `status` draw a thousand pictures in one call."""
-    from launcher import results
+    from launcher.rundir import results
 
     run_dir = Path(six_task_sweep["payload"]["run_dir"])
     pictures = [run_dir / f"task-{t:04d}" / "curves.png" for t in range(6)]
@@ -235,7 +235,7 @@ def test_status_draws_missing_curves_a_batch_at_a_time(six_task_sweep: dict[str,
 
 def test_status_does_not_import_torch(six_task_sweep: dict[str, Any]) -> None:
     run_dir = six_task_sweep["payload"]["run_dir"]
-    code = ("import sys; from launcher.cli import main; "
+    code = ("import sys; from launcher.commands.main import main; "
             f"rc = main(['status', {run_dir!r}]); main(['list', '--runs-dir', {str(Path(run_dir).parent)!r}]); "
             "assert rc == 0; print('torch' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)

@@ -117,7 +117,10 @@ def resolve(env: Mapping[str, str]) -> DistEnv:
 
 # Variables a process inherits from a job it was started in, that would describe that job instead
 # of the one being submitted. The submitter removes them before it starts or submits a new job.
-INHERITED_PREFIXES = ("SLURM_", "SUBMITIT_", "TORCHELASTIC_")
+# SRUN_*/SBATCH_*/SALLOC_* are the input variables of srun/sbatch/salloc (e.g. SBATCH_PARTITION,
+# SRUN_CPUS_PER_TASK): an enclosing job's would silently change the new job's request. submitit's
+# own clean_env strips the same families.
+INHERITED_PREFIXES = ("SLURM_", "SLURMD_", "SRUN_", "SBATCH_", "SALLOC_", "SUBMITIT_", "TORCHELASTIC_")
 INHERITED_NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
                    "MASTER_PORT", "SLURMD_NODENAME")
 KEEP = ("SLURM_CONF",)

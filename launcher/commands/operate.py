@@ -5,8 +5,9 @@
     python submit.py cancel RUN
     python submit.py list [-n N] [--json]
 
-RUN is a run folder, or its name under the runs folder (`--runs-dir`, default `runs`). Nothing here
-imports torch: these commands answer in well under a second on a finished run.
+RUN is a run folder, or its name under the runs folder: `--runs-dir`, else the `runs_dir` of
+`--profile` (default: local). Nothing here imports torch: these commands answer in well under a
+second on a finished run.
 """
 
 from __future__ import annotations
@@ -14,59 +15,40 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from launcher import runs
-from launcher.cli import EXIT_FAILED, EXIT_OK, ArgumentParser, relative
-from launcher.taskstate import (
-    ACTIVE,
-    RunInfo,
-    TaskState,
-    load_run,
-    log_path,
-    task_states,
-)
+from launcher.cluster import local
+from launcher.cluster.slurm.accounting import scancel, scancel_ids
+from launcher.cluster.slurm.env import slurm_env
+from launcher.commands.console import EXIT_FAILED, EXIT_OK, ArgumentParser, relative
+from launcher.commands.waiting import overrides_text
+from launcher.config.resolve import runs_dir
+from launcher.rundir import layout, record, results
+from launcher.rundir.record import RunInfo, find_run, load_run, run_folders
+from launcher.rundir.states import ACTIVE, TaskState, task_states
 from trainer.schema import ConfigError
-
-DEFAULT_RUNS_DIR = "runs"
 
 
 # ----- finding runs --------------------------------------------------------------------------------
 
+def _add_runs_dir_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--profile", default="local",
+                        help="look for runs in this profile's runs_dir (default: local)")
+    parser.add_argument("--runs-dir", help="where runs are (default: the profile's runs_dir)")
+
+
 def _add_run_arguments(parser: argparse.ArgumentParser, required: bool) -> None:
     parser.add_argument("run", nargs=None if required else "?", metavar="RUN",
-                        help="run folder, or its name under --runs-dir" + ("" if required else
-                                                                            " (default: the newest run)"))
-    parser.add_argument("--runs-dir", default=DEFAULT_RUNS_DIR, help="where runs are (default: runs)")
+                        help="run folder, or its name under the runs folder" + ("" if required else
+                                                                                " (default: the newest run)"))
+    _add_runs_dir_arguments(parser)
 
 
-def run_folders(runs_dir: Path) -> list[Path]:
-    """Run folders under `runs_dir`, newest first."""
-    if not runs_dir.is_dir():
-        return []
-    found = [p.resolve() for p in runs_dir.iterdir() if (p / runs.RUN_FILE).is_file()]
-    return sorted(found, key=lambda p: ((p / runs.RUN_FILE).stat().st_ctime, p.name), reverse=True)
-
-
-def find_run(name: str | None, runs_dir: str) -> Path:
-    if name is None:
-        found = run_folders(Path(runs_dir))
-        if not found:
-            raise ConfigError(f"no runs in {runs_dir!r} (give a run folder, or --runs-dir)")
-        return found[0]
-    for path in (Path(name), Path(runs_dir) / name):
-        if (path / runs.RUN_FILE).is_file():
-            return path.resolve()
-    raise ConfigError(f"run {name!r}: not a run folder (no {runs.RUN_FILE} there or in {runs_dir}/)")
-
-
-def _overrides_text(overrides: dict[str, Any]) -> str:
-    return " ".join(f"{k}={v}" for k, v in overrides.items())
+def _find(args: argparse.Namespace) -> Path:
+    return find_run(args.run, runs_dir(args.profile, args.runs_dir))
 
 
 def _duration(seconds: float | None) -> str:
@@ -86,13 +68,11 @@ def status(argv: list[str]) -> int:
     parser.add_argument("--json", action="store_true", help="one JSON object per line, one per task")
     parser.add_argument("--no-collect", action="store_true", help="only show the states; write no files")
     args = parser.parse_args(argv)
-    run_dir = find_run(args.run, args.runs_dir)
+    run_dir = _find(args)
     info = load_run(run_dir)
     states = task_states(info)
     summary = None
     if not args.no_collect:
-        from launcher import results
-
         summary = results.collect(run_dir, states)
     try:
         if args.json:
@@ -106,22 +86,21 @@ def status(argv: list[str]) -> int:
 
 
 def _status_text(info: RunInfo, states: list[TaskState], summary: dict[str, Any] | None) -> str:
-    from launcher.results import overall_state
-
     metric, _ = info.target
     counts: dict[str, int] = {}
     for ts in states:
         counts[ts.state] = counts.get(ts.state, 0) + 1
     head = (f"run {relative(info.run_dir)}: {info.job.get('name', '?')} on {info.profile.get('name', '?')} "
-            f"({info.executor}), {len(states)} task(s): {overall_state(states)} — "
+            f"({info.executor}), {len(states)} task(s): {results.overall_state(states)} — "
             + ", ".join(f"{n} {s}" for s, n in counts.items()))
     rows = [["task", "state", "restarts", "job id", "wall", metric, "overrides", "error"]]
     for ts in states:
-        result = ts.result or _task_result(ts)
+        result = ts.result or record.read_optional(ts.task_dir / layout.RESULT_FILE)
         value = result.get(metric) if result and ts.state == "completed" else None
         rows.append([str(ts.task), ts.state, str(ts.restarts), ts.job_id or "-", _duration(ts.wall_time_s),
-                     f"{value:.4f}" if isinstance(value, (int, float)) else "-", _overrides_text(ts.overrides),
-                     (f"rank {ts.failed_rank}: " if ts.failed_rank is not None else "") + ts.error])
+                     f"{value:.4f}" if isinstance(value, (int, float)) else "-", overrides_text(ts.overrides),
+                     (f"rank {ts.failed_rank}: " if ts.failed_rank is not None else "") + ts.error
+                     + _waiting_text(ts)])
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     lines = [head] + ["  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1] for r in rows]
     if summary and summary.get("summary_csv"):
@@ -135,12 +114,13 @@ def _status_text(info: RunInfo, states: list[TaskState], summary: dict[str, Any]
     return "\n".join(line.rstrip() for line in lines)
 
 
-def _task_result(ts: TaskState) -> dict[str, Any] | None:
-    path = ts.task_dir / "result.json"
-    try:
-        return json.loads(path.read_text()) if path.exists() else None
-    except ValueError:
-        return None
+def _waiting_text(ts: TaskState) -> str:
+    """Why a pending task waits, and when SLURM expects it to start (where it says)."""
+    if ts.state not in ("pending", "requeued") or not (ts.reason or ts.expected_start):
+        return ""
+    when = (f", expected to start {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(ts.expected_start))}"
+            if ts.expected_start else "")
+    return f"waiting: {ts.reason or 'queued'}{when}"
 
 
 # ----- logs ----------------------------------------------------------------------------------------
@@ -156,7 +136,7 @@ def logs(argv: list[str]) -> int:
     parser.add_argument("--attempt", type=int, default=-1,
                         help="which submission of a resubmitted task (0 = first; default: the latest)")
     args = parser.parse_args(argv)
-    run_dir = find_run(args.run, args.runs_dir)
+    run_dir = _find(args)
     info = load_run(run_dir)
     task_jobs = info.task_jobs
     if not 0 <= args.task < len(task_jobs):
@@ -172,7 +152,7 @@ def logs(argv: list[str]) -> int:
     ranks = int(info.record.get("world_size") or 1)
     if not 0 <= args.rank < ranks:
         raise ConfigError(f"--rank {args.rank}: this run has ranks 0..{ranks - 1}")
-    path = log_path(run_dir, job_id, args.rank, "err" if args.err else "out")
+    path = layout.log_path(run_dir, job_id, args.rank, "err" if args.err else "out")
     if not args.follow:
         if not path.exists():
             state = task_states(info)[args.task].state
@@ -213,7 +193,7 @@ def cancel(argv: list[str]) -> int:
                             "or running (scancel on SLURM; the local processes otherwise).")
     _add_run_arguments(parser, required=True)
     args = parser.parse_args(argv)
-    run_dir = find_run(args.run, args.runs_dir)
+    run_dir = _find(args)
     info = load_run(run_dir)
     states = task_states(info)
     active = [ts for ts in states if ts.state in ACTIVE]
@@ -221,74 +201,19 @@ def cancel(argv: list[str]) -> int:
         print(f"nothing to cancel: no task of {relative(run_dir)} is pending or running", flush=True)
         return EXIT_OK
     if info.executor == "slurm":
-        ids = _scancel_ids([ts.job_id for ts in active], [ts.job_id for ts in states])
-        done = subprocess.run(["scancel", *ids], check=False, capture_output=True, text=True, env=info.slurm_env())
-        if done.returncode != 0:
-            print(f"error: scancel failed: {done.stderr.strip()}", file=sys.stderr)
+        ids = scancel_ids([ts.job_id for ts in active], [ts.job_id for ts in states])
+        failed = scancel(ids, slurm_env(info.slurm_conf))
+        if failed:
+            print(f"error: scancel failed: {failed}", file=sys.stderr)
             return EXIT_FAILED
         what = f"scancel {' '.join(ids)}"
     else:
         for ts in active:
-            _stop_local(int(ts.job_id))
+            local.stop(int(ts.job_id))
         what = "stopped local process(es) " + ", ".join(ts.job_id for ts in active)
-    runs.update_record(run_dir, cancelled_at=time.time())
+    record.update_record(run_dir, cancelled_at=time.time())
     print(f"cancelled {len(active)} task(s) of {relative(run_dir)}: {what}", flush=True)
     return EXIT_OK
-
-
-def _scancel_ids(active: list[str], every: list[str]) -> list[str]:
-    """Whole arrays by their id where every task of the array is still active, else task by task."""
-    by_array: dict[str, int] = {}
-    for job_id in every:
-        by_array[job_id.split("_")[0]] = by_array.get(job_id.split("_")[0], 0) + 1
-    active_by_array: dict[str, int] = {}
-    for job_id in active:
-        active_by_array[job_id.split("_")[0]] = active_by_array.get(job_id.split("_")[0], 0) + 1
-    ids: dict[str, None] = {}
-    for job_id in active:
-        base = job_id.split("_")[0]
-        ids[base if active_by_array[base] == by_array[base] else job_id] = None
-    return [*ids]
-
-
-def _children(pid: int) -> list[int]:
-    out = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[-1].split()
-        except OSError:
-            continue
-        if len(fields) > 1 and fields[1] == str(pid):
-            out.append(int(stat.parent.name))
-    return out
-
-
-def _stop_local(pid: int, grace_s: float = 10.0) -> None:
-    """What submitit's LocalJob.cancel does (SIGINT to the controller, which stops its ranks), then
-    SIGKILL for whatever is still alive after `grace_s` (ranks ignore SIGTERM under submitit)."""
-    family = [pid] + _children(pid)
-    try:
-        os.kill(pid, signal.SIGINT)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        if not any(_alive(p) for p in family):
-            return
-        time.sleep(0.2)
-    for p in family:
-        try:
-            os.kill(p, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
 
 
 # ----- list ----------------------------------------------------------------------------------------
@@ -296,22 +221,23 @@ def _alive(pid: int) -> bool:
 def list_runs(argv: list[str]) -> int:
     parser = ArgumentParser(prog="submit.py list", description="Recent runs, newest first: profile, job, "
                             "tasks, state and best target metric.")
-    parser.add_argument("--runs-dir", default=DEFAULT_RUNS_DIR, help="where runs are (default: runs)")
+    _add_runs_dir_arguments(parser)
     parser.add_argument("-n", type=int, default=20, help="how many runs (default 20)")
     parser.add_argument("--json", action="store_true", help="one JSON object per line, one per run")
     args = parser.parse_args(argv)
+    where = runs_dir(args.profile, args.runs_dir)
     rows = []
-    for run_dir in run_folders(Path(args.runs_dir))[:max(0, args.n)]:
+    for run_dir in run_folders(where)[:max(0, args.n)]:
         try:
             rows.append(_list_row(run_dir))
-        except (OSError, ValueError, KeyError) as err:
+        except (OSError, ValueError, KeyError, TypeError) as err:  # ConfigError is a ValueError
             rows.append({"run": run_dir.name, "state": f"unreadable ({err})"})
     if args.json:
         for row in rows:
             print(json.dumps(row, default=str), flush=True)
         return EXIT_OK
     if not rows:
-        print(f"no runs in {args.runs_dir}", flush=True)
+        print(f"no runs in {where}", flush=True)
         return EXIT_OK
     table = [["run", "profile", "job", "tasks", "state", "best"]]
     for row in rows:
@@ -334,85 +260,13 @@ def _list_row(run_dir: Path) -> dict[str, Any]:
     state = str(info.record.get("state") or "").lower()
     best = info.record.get("best")
     if state in ("", "running", "pending"):
-        from launcher.results import collect
-
-        summary = collect(run_dir, max_curves=0)
+        summary = results.collect(run_dir, max_curves=0)
         state, best = summary["state"], summary["best"]
         if best:
             best = {metric: best.get(metric), "task": best.get("task")}
-    elif best is None and (run_dir / "result.json").exists():
-        best = {metric: json.loads((run_dir / "result.json").read_text()).get(metric)}
+    elif best is None and (result := record.read_optional(run_dir / layout.RESULT_FILE)) is not None:
+        best = {metric: result.get(metric)}
     return {"run": run_dir.name, "run_dir": str(run_dir), "profile": info.profile.get("name", ""),
             "job": info.job.get("name", ""), "executor": info.executor, "tasks": info.num_tasks,
             "created": info.record.get("created"), "state": state, "target_metric": metric, "best": best}
 
-
-# ----- waiting for a sweep -------------------------------------------------------------------------
-
-def wait_for_sweep(run_dir: Path, jobs: list[Any], as_json: bool, poll_s: float = 2.0) -> int:
-    """Wait for the array tasks in `jobs`, printing each as it ends and rebuilding the summary;
-    0 if every task of the run completed, 1 otherwise (the failed rows say why)."""
-    from launcher import results
-
-    info = load_run(run_dir)
-    mine = {str(j.job_id) for j in jobs}
-    tasks = [t for t, ids in enumerate(info.task_jobs) if ids and ids[-1] in mine]
-    print(f"running sweep {info.job.get('name', '')}: {len(tasks)} task(s) on {info.executor}, "
-          f"run folder {relative(run_dir)}", flush=True)
-    if info.executor == "debug":
-        _run_debug_jobs(info, jobs, tasks)
-    reported: set[int] = set()
-    metric, _ = info.target
-    while True:
-        for job in jobs:
-            if info.executor == "local":
-                job.done()  # reaps finished controllers, so they are not seen as running zombies
-        states = task_states(info)
-        ended = [states[t] for t in tasks if t not in reported and states[t].state not in ACTIVE]
-        for ts in ended:
-            reported.add(ts.task)
-            value = (ts.result or {}).get(metric)
-            detail = f"{metric} {value:.4f}" if isinstance(value, (int, float)) else ts.error
-            print(f"task {ts.task} {ts.state}: {_overrides_text(ts.overrides)}  {detail}", flush=True)
-        if ended:
-            results.collect(run_dir, states, max_curves=None)
-        if len(reported) == len(tasks):
-            break
-        time.sleep(poll_s)
-    summary = results.collect(run_dir, states, max_curves=None)
-    if info.is_sweep:
-        print((run_dir / results.SUMMARY_MD).read_text().rstrip(), flush=True)
-    failed = [s for s in states if s.state != "completed"]
-    payload = {"run_dir": str(run_dir), "state": summary["state"].upper(), "tasks": len(states),
-               "counts": summary["counts"], "target_metric": metric, "best": summary["best"],
-               "summary_csv": summary.get("summary_csv"), "job_ids": [s.job_id for s in states]}
-    if failed:
-        print(f"{len(failed)} task(s) did not complete; resubmit them with: "
-              f"python submit.py --resume {relative(run_dir)}", file=sys.stderr)
-    if as_json:
-        print(json.dumps(payload, default=str), flush=True)
-    return EXIT_FAILED if failed else EXIT_OK
-
-
-def _run_debug_jobs(info: RunInfo, jobs: list[Any], tasks: list[int]) -> None:
-    """The debug executor runs each task in this process when its result is asked for; record the
-    outcome in the task's folder since it leaves no result pickles."""
-    from launcher import outcome
-
-    for task, job in zip(tasks, jobs):
-        task_dir = info.task_dir(task)
-        task_dir.mkdir(parents=True, exist_ok=True)
-        done = outcome.wait(job)
-        if done.ok and done.result is not None:
-            runs.write_result(task_dir, {**done.result, "state": "COMPLETED", "job_id": str(job.job_id),
-                                         "task": task})
-        else:
-            rank, short, _ = done.failures[0]
-            (task_dir / "failure.json").write_text(json.dumps({"rank": rank, "error": short}))
-
-
-def __getattr__(name: str) -> Any:
-    """`submit.py list` calls operations.list: served here, so the builtin `list` is not shadowed."""
-    if name == "list":
-        return list_runs
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

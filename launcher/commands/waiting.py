@@ -1,75 +1,37 @@
-"""Waiting for submitted jobs and turning what the ranks returned into one result (or a failure).
+"""Waiting for submitted jobs, turning what the ranks returned into one result (or a failure), and
+reporting it: a single run (`wait_for_run`) or a sweep's tasks as they end (`wait_for_sweep`).
 
-The failure shown first is the root cause: the rank that raised, or the rank that srun saw die
-first (killed, or exited with an error); its peers only die of the consequences (closed
-connections, collective timeouts, srun's kill-on-bad-exit) and are listed after it.
+The failure shown first is the root cause (see launcher.rundir.outcomes).
 """
 
 from __future__ import annotations
 
-import re
+import contextlib
+import json
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from launcher.cluster.slurm import srun
+from launcher.commands.console import EXIT_FAILED, EXIT_OK, emit, relative
+from launcher.commands.relay import for_local_run as relay_logs
+from launcher.request.submission import Submission
+from launcher.rundir import layout, plots, record, restarts, results
+from launcher.rundir.outcomes import Failure, error_text, root_cause_first
+from launcher.rundir.states import ACTIVE, task_states
 
 
 @dataclass
 class Outcome:
     result: dict[str, Any] | None
     # (rank, short error, traceback text) for every rank that failed, the root cause first.
-    failures: list[tuple[int, str, str]] = field(default_factory=list)
+    failures: list[Failure] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return not self.failures and self.result is not None
-
-
-def _error_text(err: BaseException) -> tuple[str, str]:
-    text = str(err).strip()
-    # submitit wraps the rank's traceback between "-----" rules and then lists the log paths; the
-    # traceback's last line is the exception itself.
-    body = text.split("\nYou can check full logs")[0]
-    lines = [line.strip() for line in body.splitlines() if line.strip() and not line.startswith("-----")]
-    return (lines[-1] if lines else type(err).__name__), text
-
-
-SYMPTOMS = ("timed out", "Timeout", "Connection closed", "Connection reset", "Broken pipe",
-            "killed", "SIGTERM", "has not completed", "UncompletedJobError", "ended without a result")
-
-
-def _root_cause_first(failures: list[tuple[int, str, str]],
-                      first_dead: int | None = None) -> list[tuple[int, str, str]]:
-    """Ranks that died of a peer's failure report timeouts or closed connections; show the cause first.
-
-    `first_dead` is the rank srun reported first (it outranks symptoms: a rank killed by a signal
-    leaves no traceback of its own)."""
-    def key(f: tuple[int, str, str]) -> tuple[int, int]:
-        if f[0] == first_dead:
-            return (0 if not any(s in f[2] for s in SYMPTOMS) else 1, f[0])
-        return (0 if not any(s in f[2] for s in SYMPTOMS) else 2, f[0])
-
-    return sorted(failures, key=key)
-
-
-# srun's report of a task that ended badly, e.g. "srun: error: cpu2: task 1: Killed" or
-# "srun: error: cpu2: task 1: Exited with exit code 1". The ones before "Terminating StepId"
-# happened first; the others are srun's own kill-on-bad-exit.
-_SRUN_TASK = re.compile(r"^srun: error: (?P<node>\S+): tasks? (?P<ranks>[\d,-]+): (?P<what>.+)$")
-
-
-def srun_task_failures(log_text: str) -> list[tuple[int, str]]:
-    """(rank, srun's line) for every task srun reported as failed, in the order it reported them."""
-    out: list[tuple[int, str]] = []
-    for line in log_text.splitlines():
-        match = _SRUN_TASK.match(line.strip())
-        if not match:
-            continue
-        for part in match.group("ranks").split(","):
-            lo, _, hi = part.partition("-")
-            for rank in range(int(lo), int(hi or lo) + 1):
-                out.append((rank, line.strip()))
-    return out
 
 
 def _read(path: Path) -> str:
@@ -79,25 +41,25 @@ def _read(path: Path) -> str:
         return ""
 
 
-def _missing_result(rank: int, task: Any, state: str, srun: dict[int, str]) -> tuple[int, str, str]:
+def _missing_result(rank: int, task: Any, state: str, reported: dict[int, str]) -> Failure:
     """The failure of a rank that left no result: srun's line for it, and the end of its log."""
-    short = srun.get(rank) or f"rank {rank} ended without a result (job state {state})"
+    short = reported.get(rank) or f"rank {rank} ended without a result (job state {state})"
     tail = "\n".join(_read(Path(task.paths.stderr)).rstrip().splitlines()[-25:])
     text = (f"rank {rank} ended without a result (job state {state}); "
-            f"{srun.get(rank, 'no srun report')}\n--- end of {task.paths.stderr} ---\n{tail}")
+            f"{reported.get(rank, 'no srun report')}\n--- end of {task.paths.stderr} ---\n{tail}")
     return rank, short, text
 
 
 def _is_scheduled(job: Any) -> bool:
     """SLURM and local jobs run elsewhere and leave result files; debug jobs run when asked."""
-    from submitit.local.debug import DebugJob
+    from submitit.local.debug import DebugJob  # submitit only once a job is being waited for
 
     return not isinstance(job, DebugJob)
 
 
 def _ended(job: Any, force: bool) -> str:
     """The job's final state once it has ended ("" while it runs, is pending or requeued)."""
-    from submitit.local.local import LocalJob
+    from submitit.local.local import LocalJob  # submitit only once a job is being waited for
 
     if isinstance(job, LocalJob):
         return "FINISHED" if job.done() else ""  # the controller has exited (all its tasks have)
@@ -129,22 +91,112 @@ def wait(job: Any, poll_s: float = 1.0, force_every_s: float = 5.0, grace_s: flo
                     time.sleep(0.5)
                 break
             time.sleep(poll_s)
-    results: list[dict[str, Any]] = []
-    failures: list[tuple[int, str, str]] = []
-    srun_lines = srun_task_failures(_read(Path(tasks[0].paths.stderr))) if _is_scheduled(job) else []
-    srun = {rank: line for rank, line in reversed(srun_lines)}  # the first report of each rank wins
+    returned: list[dict[str, Any]] = []
+    failures: list[Failure] = []
+    srun_lines = srun.task_failures(_read(Path(tasks[0].paths.stderr))) if _is_scheduled(job) else []
+    reported = {rank: line for rank, line in reversed(srun_lines)}  # the first report of each rank wins
     for rank, task in enumerate(tasks):
         if _is_scheduled(job) and not Path(task.paths.result_pickle).exists():
-            failures.append(_missing_result(rank, task, state or "unknown", srun))
+            failures.append(_missing_result(rank, task, state or "unknown", reported))
             continue
         try:
-            results.append(task.result())
+            returned.append(task.result())
         except Exception as err:  # noqa: BLE001 - any task failure is reported, not raised
-            short, text = _error_text(err)
-            failures.append((rank, short, text))
+            failures.append((rank, *error_text(str(err), type(err).__name__)))
     if failures:
         first_dead = srun_lines[0][0] if srun_lines else None
-        return Outcome(None, _root_cause_first(failures, first_dead))
-    result = dict(results[0])
-    result["nodes"] = [r.get("node", "") for r in results]
+        return Outcome(None, root_cause_first(failures, first_dead))
+    result = dict(returned[0])
+    result["nodes"] = [r.get("node", "") for r in returned]
     return Outcome(result)
+
+
+def overrides_text(overrides: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in overrides.items())
+
+
+def wait_for_run(sub: Submission, job: Any, as_json: bool) -> int:
+    """Wait for a single run, write its result (or failure) into the run folder, and report it."""
+    print(f"running {sub.tasks[0].job.name} on {sub.executor} ({sub.profile.world_size} rank(s)), "
+          f"run folder {relative(sub.run_dir)}", flush=True)
+    relay = relay_logs(job) if sub.executor == "local" else None
+    with relay or contextlib.nullcontext():
+        done = wait(job)
+    counted = restarts.read(sub.run_dir)
+    job_id = str(job.job_id)
+    if not done.ok:
+        rank, short, text = done.failures[0]
+        print(f"error: the run failed on rank {rank}: {short}", file=sys.stderr)
+        print(text, file=sys.stderr)
+        record.update_record(sub.run_dir, state="FAILED", failed_rank=rank, error=short)
+        emit("", {"run_dir": str(sub.run_dir), "job_id": job_id, "state": "FAILED", "failed_rank": rank,
+                  "error": short, **counted.as_json()}, as_json)
+        return EXIT_FAILED
+    result = {**(done.result or {}), "run_dir": str(sub.run_dir), "job_id": job_id, "state": "COMPLETED",
+              **counted.as_json()}
+    record.write_result(sub.run_dir, result)
+    record.update_record(sub.run_dir, state="COMPLETED")
+    plots.write_curves(sub.run_dir)
+    human = (f"run folder: {relative(sub.run_dir)}\n"
+             f"test_accuracy {result['test_accuracy']:.4f}  test_loss {result['test_loss']:.4f}  "
+             f"epochs {result['epochs']}  world_size {result['world_size']}  "
+             f"images/s {result['images_per_second']:.0f}")
+    if counted.count:
+        human += f"\n{counted.summary()}"
+    emit(human, result, as_json)
+    return EXIT_OK
+
+
+def wait_for_sweep(run_dir: Path, jobs: list[Any], as_json: bool, poll_s: float = 2.0) -> int:
+    """Wait for the array tasks in `jobs`, printing each as it ends and rebuilding the summary;
+    0 if every task of the run completed, 1 otherwise (the failed rows say why)."""
+    info = record.load_run(run_dir)
+    mine = {str(j.job_id) for j in jobs}
+    tasks = [t for t, ids in enumerate(info.task_jobs) if ids and ids[-1] in mine]
+    print(f"running sweep {info.job.get('name', '')}: {len(tasks)} task(s) on {info.executor}, "
+          f"run folder {relative(run_dir)}", flush=True)
+    if info.executor == "debug":
+        _run_debug_jobs(info, jobs, tasks)
+    reported: set[int] = set()
+    metric, _ = info.target
+    while True:
+        for job in jobs:
+            if info.executor == "local":
+                job.done()  # reaps finished controllers, so they are not seen as running zombies
+        states = task_states(info)
+        ended = [states[t] for t in tasks if t not in reported and states[t].state not in ACTIVE]
+        for ts in ended:
+            reported.add(ts.task)
+            value = (ts.result or {}).get(metric)
+            detail = f"{metric} {value:.4f}" if isinstance(value, (int, float)) else ts.error
+            print(f"task {ts.task} {ts.state}: {overrides_text(ts.overrides)}  {detail}", flush=True)
+        if ended:
+            results.collect(run_dir, states, max_curves=None)
+        if len(reported) == len(tasks):
+            break
+        time.sleep(poll_s)
+    summary = results.collect(run_dir, states, max_curves=None)
+    if info.is_sweep:
+        print((run_dir / layout.SUMMARY_MD).read_text().rstrip(), flush=True)
+    failed = [s for s in states if s.state != "completed"]
+    payload = {"run_dir": str(run_dir), "state": summary["state"].upper(), "tasks": len(states),
+               "counts": summary["counts"], "target_metric": metric, "best": summary["best"],
+               "summary_csv": summary.get("summary_csv"), "job_ids": [s.job_id for s in states]}
+    if failed:
+        print(f"{len(failed)} task(s) did not complete; resubmit them with: "
+              f"python submit.py --resume {relative(run_dir)}", file=sys.stderr)
+    if as_json:
+        print(json.dumps(payload, default=str), flush=True)
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+def _run_debug_jobs(info: record.RunInfo, jobs: list[Any], tasks: list[int]) -> None:
+    """The debug executor runs each task in this process when its result is asked for; record the
+    outcome in the task's folder since it leaves no result pickles."""
+    for task, job in zip(tasks, jobs):
+        done = wait(job)
+        if done.ok and done.result is not None:
+            record.write_result(info.task_dir(task), done.result, job_id=str(job.job_id), task=task)
+        else:
+            rank, short, _ = done.failures[0]
+            record.write_failure(info.task_dir(task), rank, short)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-from launcher.profile import Profile
-from launcher.submission import cuda_visible_here
+from launcher.config.profile import Profile
 from trainer.config import JobConfig
 from trainer.schema import ConfigError
 
@@ -31,3 +31,8 @@ def check_data(profile: Profile, job: JobConfig) -> None:
     if not job.download and not (root / CIFAR_FOLDER).is_dir():
         raise ConfigError(f"{key}: {str(root)!r} holds no '{CIFAR_FOLDER}' folder and job.download is false; "
                           f"copy CIFAR-10 there or set --set job.download=true")
+
+
+def cuda_visible_here() -> bool:
+    """Whether this machine has an NVIDIA driver, without importing torch (keeps the submitter fast)."""
+    return os.path.exists("/dev/nvidiactl") or os.path.exists("/proc/driver/nvidia/version")

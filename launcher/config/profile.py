@@ -13,7 +13,9 @@ from typing import Literal, Optional
 
 from trainer.schema import find_named_file, require
 
-PROFILES_DIR = Path(__file__).resolve().parent.parent / "cluster_profiles"
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+PROFILES_DIR = PROJECT_ROOT / "cluster_profiles"
+DEFAULT_PROFILE = "local"
 SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "URG")
 _TIME_UNITS = re.compile(r"^[A-Za-z0-9_.,:+=@/ -]*$")
 
@@ -101,7 +103,28 @@ class Profile:
     def waits(self) -> bool:
         return self.wait or self.executor in ("local", "debug")
 
+    @property
+    def slurm_conf_file(self) -> str:
+        """SLURM_CONF for the submitter's SLURM commands and the job ("": SLURM's own default)."""
+        return slurm_conf_file(self.executor, self.slurm_conf)
+
+    @property
+    def mem_per_node_mb(self) -> int:
+        """What SLURM is asked for per node (0: the partition's default)."""
+        return int(self.mem_per_task_gb * 1024 * self.tasks_per_node) if self.mem_per_task_gb else 0
+
 
 def find_profile_file(name: str, relative_to: Path | None = None) -> Path:
     """A profile by NAME (cluster_profiles/NAME.yaml) or by path."""
     return find_named_file("profile", PROFILES_DIR, name, relative_to)
+
+
+def project_path(value: str) -> Path:
+    """Relative paths in profiles (slurm_conf) are relative to the project root, so any cwd works."""
+    path = Path(value).expanduser()
+    return path if path.is_absolute() else PROJECT_ROOT / path
+
+
+def slurm_conf_file(executor: str, slurm_conf: str) -> str:
+    """The absolute SLURM_CONF a (possibly recorded) profile names, "" where it names none."""
+    return str(project_path(slurm_conf)) if executor == "slurm" and slurm_conf else ""

@@ -7,7 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from launcher.profile import Profile, find_profile_file
+import yaml
+
+from launcher.config.profile import Profile, find_profile_file
 from trainer.config import JobConfig, find_job_file
 from trainer.schema import ConfigError, build, field_names, load_with_extends, unknown_key_error
 
@@ -32,10 +34,9 @@ def _string_fields(cls: type) -> set[str]:
 
 
 def parse_overrides(items: list[str]) -> dict[str, dict[str, Any]]:
-    """`--set job.epochs=3` -> {"job": {"epochs": 3}}; values are YAML scalars, except for string
-    fields, which take the text as written (YAML would read "5:1" as the number 301)."""
-    import yaml
-
+    """`--set job.epochs=3` -> {"job": {"epochs": 3}}; values are read as a job or profile file would
+    read them (YAML 1.2 scalars: `1e-3` is a number, `1:30:00` a string), except for string fields,
+    which take the text as written (`--set job.name=123` names the job "123")."""
     strings = {"job": _string_fields(JobConfig), "profile": _string_fields(Profile)}
 
     out: dict[str, dict[str, Any]] = {"job": {}, "profile": {}}
@@ -80,21 +81,26 @@ def _described(source: str, overrides: dict[str, Any], scope: str) -> str:
     return f"{source} with --set " + " ".join(f"{scope}.{k}" for k in overrides)
 
 
+def load_profile(name: str, overrides: dict[str, Any] | None = None) -> tuple[Profile, str]:
+    """The profile NAME (or path), `extends:` followed, with `--set profile.*` overrides; and its source."""
+    overrides = overrides or {}
+    _check_keys(overrides, Profile, "profile")
+    path = find_profile_file(name)
+    data, source = load_with_extends(path, lambda p, rel: find_profile_file(p, rel))
+    data.setdefault("name", path.stem)
+    data.update(overrides)
+    source = _described(source, overrides, "profile")
+    return build(Profile, data, source), source
+
+
 def resolve(profile_name: str, job_name: str, sets: list[str]) -> Resolved:
     overrides = parse_overrides(sets)
-    _check_keys(overrides["profile"], Profile, "profile")
-    profile_path = find_profile_file(profile_name)
-    profile_data, profile_source = load_with_extends(profile_path, lambda p, rel: find_profile_file(p, rel))
-    profile_data.setdefault("name", profile_path.stem)
-    profile_data.update(overrides["profile"])
-    profile_source = _described(profile_source, overrides["profile"], "profile")
-    profile = build(Profile, profile_data, profile_source)
-
+    profile, profile_source = load_profile(profile_name, overrides["profile"])
     job_path = find_job_file(job_name)
     job_data, job_source = load_with_extends(job_path, lambda p, rel: find_job_file(p, rel))
     sweep = job_data.pop("sweep", None)
     job_data.setdefault("name", job_path.stem)
-    _check_keys({k: v for k, v in overrides["job"].items()}, JobConfig, "job")
+    _check_keys(overrides["job"], JobConfig, "job")
     job_data.update(overrides["job"])
     job_source = _described(job_source, overrides["job"], "job")
     job = build(JobConfig, job_data, job_source)
@@ -103,7 +109,6 @@ def resolve(profile_name: str, job_name: str, sets: list[str]) -> Resolved:
     return Resolved(profile, job, profile_source, job_source, job_data, sweep)
 
 
-def project_path(value: str) -> Path:
-    """Relative paths in profiles are relative to the project root, so any cwd works."""
-    path = Path(value).expanduser()
-    return path if path.is_absolute() else Path(__file__).resolve().parent.parent / path
+def runs_dir(profile_name: str, explicit: str | None = None) -> Path:
+    """Where a profile's runs are: `--runs-dir` if given, else the profile's `runs_dir`."""
+    return Path(explicit if explicit else load_profile(profile_name)[0].runs_dir).expanduser()

@@ -13,8 +13,6 @@
 from __future__ import annotations
 
 import itertools
-import json
-from pathlib import Path
 from typing import Any
 
 from trainer.config import JobConfig
@@ -59,22 +57,3 @@ def swept_keys(points: list[dict[str, Any]]) -> list[str]:
     for point in points:
         keys += [k for k in point if k not in keys]
     return keys
-
-
-TASKS_FILE = "tasks.json"
-
-
-def write_tasks(run_dir: Path, tasks: list[tuple[int, dict[str, Any], dict[str, Any], str]]) -> None:
-    """Record every task's full job (after its overrides) so `--resume` can rebuild exactly that task.
-
-    `tasks`: (index, overrides, job as a mapping, the task's run folder).
-    """
-    entries = [{"task": i, "overrides": ov, "job": job, "run_dir": d} for i, ov, job, d in tasks]
-    tmp = run_dir / f".{TASKS_FILE}.tmp"
-    tmp.write_text(json.dumps({"tasks": entries}, indent=1, default=str))
-    tmp.replace(run_dir / TASKS_FILE)
-
-
-def read_tasks(run_dir: Path) -> dict[int, dict[str, Any]]:
-    data = json.loads((run_dir / TASKS_FILE).read_text())
-    return {int(e["task"]): e for e in data["tasks"]}

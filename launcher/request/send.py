@@ -1,4 +1,8 @@
-"""The one place that queues work: make the submitit executor for a Submission and submit it."""
+"""The one place that queues work: make the submitit executor for a Submission and submit it.
+
+submitit is imported only in the functions that need it (here and in `submitit_private`), so that
+`submit.py --help` and the operating commands do not pay for it.
+"""
 
 from __future__ import annotations
 
@@ -7,28 +11,38 @@ import io
 import os
 import shutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from launcher.submission import Submission
-from launcher.task import TrainTask
-from trainer.distenv import scrubbed
+from launcher.cluster.jobids import distinct_bases
+from launcher.cluster.slurm.env import slurm_env
+from launcher.request.submission import Submission
+from launcher.cluster.said import one_line
 from trainer.schema import ConfigError
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+class SubmissionRefused(ConfigError):
+    """sbatch refused the job and nothing was queued (bad input, exit 2): a request the preflight
+    cannot see, e.g. an unknown node name."""
+
+
+class PartiallySubmitted(RuntimeError):
+    """Part of a split array was queued before sbatch refused the rest: what was queued is recorded
+    in the run folder (status, cancel and --resume see it); the submitter exits 1."""
 
 
 @contextlib.contextmanager
-def submission_environment(extra: dict[str, str]) -> Iterator[None]:
+def submission_environment(slurm_conf: str) -> Iterator[None]:
     """Submit with a clean environment: a submitter running inside a job must not pass that job's
     SLURM_*/RANK/MASTER_* variables on (sbatch exports the caller's environment to the new job,
     and the local executor copies it into its processes)."""
     saved = dict(os.environ)
     os.environ.clear()
-    os.environ.update(scrubbed(saved))
-    os.environ.update(extra)
-    # The task unpickles launcher.task.TrainTask wherever it runs: make the project importable there
+    os.environ.update(slurm_env(slurm_conf, saved))
+    # The task unpickles launcher.node.TrainTask wherever it runs: make the project importable there
     # even when the submitter was started from another folder and the project is not installed.
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), saved.get("PYTHONPATH", "")) if p)
     try:
@@ -43,8 +57,9 @@ def make_executor(sub: Submission, script_only: bool = False) -> Any:
 
     `script_only`: the executor only writes the sbatch script (--dry-run), so it may be made on a
     machine without `srun`; everything else is the same construction as for sending."""
-    import submitit
-    from submitit.core.job_environment import JobEnvironment
+    import submitit  # here, not at the top: --help and the operating commands never load submitit
+
+    from launcher import submitit_private  # (imports submitit)
 
     folder = sub.log_dir / "%j"
     if sub.executor == "debug":
@@ -53,7 +68,7 @@ def make_executor(sub: Submission, script_only: bool = False) -> Any:
         executor = submitit.LocalExecutor(folder, max_num_timeout=sub.max_num_timeout)
     else:
         # The signal name is read by submitit both when writing --signal and on the node.
-        JobEnvironment.USR_SIG = sub.profile.signal
+        submitit_private.set_requeue_signal(sub.profile.signal)
         cls = _script_only_slurm_executor() if script_only else submitit.SlurmExecutor
         executor = cls(folder, max_num_timeout=sub.max_num_timeout)
     executor.update_parameters(**sub.parameters)
@@ -61,7 +76,7 @@ def make_executor(sub: Submission, script_only: bool = False) -> Any:
 
 
 def _script_only_slurm_executor() -> type:
-    import submitit
+    import submitit  # see make_executor
 
     class ScriptOnlySlurmExecutor(submitit.SlurmExecutor):
         """A SlurmExecutor that does not insist on `srun` being installed (it never submits)."""
@@ -76,29 +91,41 @@ def _script_only_slurm_executor() -> type:
 def sbatch_script(sub: Submission, chunk_size: int | None = None) -> str:
     """The exact script `send` would pass to sbatch (for the first array, if it is split), for
     --dry-run and its recorded-file test. submitit builds it from the same executor parameters."""
+    from launcher import submitit_private  # imports submitit: see make_executor
+
     executor = make_executor(sub, script_only=True)
     if sub.is_array:
         # What submitit sets on the array executor it makes for each batch of tasks.
         executor.parameters["map_count"] = min(len(sub.tasks), chunk_size or len(sub.tasks))
-    return executor._make_submission_file_text(executor._submitit_command_str, "dry-run")
+    return submitit_private.submission_script(executor)
 
 
-class SubmissionRefused(ConfigError):
-    """sbatch refused the job (a request the preflight cannot see, e.g. an unknown node name)."""
-
-
-def send(sub: Submission, chunk_size: int | None = None) -> list[Any]:
+def send(sub: Submission, chunk_size: int | None = None,
+         on_queued: Callable[[list[str]], None] | None = None) -> list[Any]:
     """Queue `sub`: one job, or one job array (split into arrays of at most `chunk_size` tasks).
 
-    If sbatch refuses the first job, nothing is queued: the run folder is removed again and the
-    refusal is a SubmissionRefused (bad input, exit 2) carrying sbatch's own message."""
-    from submitit.core.utils import FailedJobError, FailedSubmissionError
+    `on_queued(job ids so far)` runs the moment each sbatch returns, so a submission that fails
+    part-way leaves a run folder that knows what was queued. If sbatch refuses the first job,
+    nothing is queued: the run folder is removed again and the refusal is a SubmissionRefused
+    carrying sbatch's own message."""
+    from launcher.node import TrainTask  # submitit only when something is sent
 
+    calls = [TrainTask(t.job, t.settings, str(sub.run_dir)) for t in sub.tasks]
+    return _queue(sub, calls, chunk_size, on_queued)
+
+
+def send_function(sub: Submission, function: Callable[[], Any]) -> Any:
+    """Queue one plain function with `sub`'s request instead of training (`submit.py probe`)."""
+    return _queue(sub, [function], None, None)[0]
+
+
+def _queue(sub: Submission, calls: list[Callable[[], Any]], chunk_size: int | None,
+           on_queued: Callable[[list[str]], None] | None) -> list[Any]:
     executor = make_executor(sub)
-    calls = [TrainTask(t.job, t.settings) for t in sub.tasks]
     # submitit keeps calling SLURM after sbatch (sacct while waiting, scancel), from this process's
     # environment: those calls must reach the same cluster (the profile's SLURM_CONF).
-    os.environ.update(sub.client_env)
+    if sub.slurm_conf:
+        os.environ["SLURM_CONF"] = sub.slurm_conf
     jobs: list[Any] = []
     # submitit prints sbatch's stderr itself when sbatch fails; hold it back, since the error we
     # raise quotes it (one line instead of two), and pass it on otherwise.
@@ -106,20 +133,28 @@ def send(sub: Submission, chunk_size: int | None = None) -> list[Any]:
     held = io.StringIO()
     holding = contextlib.redirect_stderr(held) if sub.executor == "slurm" else contextlib.nullcontext()
     try:
-        with submission_environment(sub.client_env), holding:
-            if not sub.is_array:
-                jobs = [executor.submit(calls[0])]
-            else:
-                size = chunk_size or len(calls)
-                for start in range(0, len(calls), size):
+        with submission_environment(sub.slurm_conf), holding:
+            size = chunk_size or len(calls)
+            for start in range(0, len(calls), size):
+                if len(calls) > 1:
                     with executor.batch():
-                        jobs += [executor.submit(call) for call in calls[start:start + size]]
-    except (FailedJobError, FailedSubmissionError) as err:
-        said = " ".join(line.strip() for line in str(err).splitlines() if line.strip()) or type(err).__name__
+                        queued = [executor.submit(call) for call in calls[start:start + size]]
+                else:
+                    queued = [executor.submit(calls[0])]
+                jobs += queued
+                if on_queued is not None:
+                    on_queued([str(j.job_id) for j in jobs])
+    except Exception as err:  # noqa: BLE001 - sbatch's refusal or submitit's own failure mid-way
+        said, refused = one_line(str(err), type(err).__name__), _is_refusal(err)
+        if not refused:  # a refusal is quoted in the error we raise; anything else is shown as it came
+            sys.stderr.write(held.getvalue())
         if jobs:
-            queued = ", ".join(dict.fromkeys(str(j.job_id).split("_")[0] for j in jobs))
-            raise SubmissionRefused(f"sbatch refused part of the sweep after job(s) {queued} were queued "
-                                    f"(run folder {sub.run_dir}): {said}") from None
+            raise PartiallySubmitted(
+                f"sbatch failed after job(s) {', '.join(distinct_bases([str(j.job_id) for j in jobs]))} "
+                f"({len(jobs)} of {len(calls)} task(s)) were queued; they are recorded in {sub.run_dir} "
+                f"(status, cancel and --resume see them): {said}") from None
+        if not refused:
+            raise
         if sub.executor == "slurm":
             shutil.rmtree(sub.run_dir, ignore_errors=True)
         raise SubmissionRefused(f"sbatch refused the job, nothing was queued: {said}") from None
@@ -128,3 +163,9 @@ def send(sub: Submission, chunk_size: int | None = None) -> list[Any]:
         raise
     sys.stderr.write(held.getvalue())
     return jobs
+
+
+def _is_refusal(err: BaseException) -> bool:
+    from submitit.core.utils import FailedJobError, FailedSubmissionError  # see make_executor
+
+    return isinstance(err, (FailedJobError, FailedSubmissionError))

@@ -11,11 +11,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-CURVES_FILE = "curves.png"
+from launcher.rundir.layout import CURVES_FILE, METRICS_FILE
 
 
 def _pyplot() -> Any:
-    """matplotlib.pyplot with the Agg backend, loaded on demand."""
+    """matplotlib.pyplot with the Agg backend, loaded on demand (status and --help never pay ~0.5 s
+    for it unless a picture is drawn)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -25,7 +26,7 @@ def _pyplot() -> Any:
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    path = run_dir / "metrics.jsonl"
+    path = run_dir / METRICS_FILE
     if not path.exists():
         return []
     rows = []
@@ -50,7 +51,7 @@ def write_curves(run_dir: Path, title: str = "") -> Path | None:
 
     Returns the file, or None when the run has no metrics yet.
     """
-    metrics_file = run_dir / "metrics.jsonl"
+    metrics_file = run_dir / METRICS_FILE
     output = run_dir / CURVES_FILE
     if is_fresh(output, metrics_file):
         return output

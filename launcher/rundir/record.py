@@ -1,14 +1,9 @@
-"""Run folders: one per submission, holding the resolved config, logs, metrics and checkpoints.
+"""The run folder's records: `run.json` (what was submitted and which job ran each task),
+`tasks.json` (a sweep's tasks), `result.json`/`failure.json` (how a task ended); and finding runs.
 
-    runs/20261129-184500-digits-local/
-        run.json        what was submitted (profile, job, executor parameters, job ids, command)
-        profile.yaml    the resolved profile
-        job.yaml        the resolved job (batch size per rank and global)
-        logs/<job id>/  submitit's logs, one stdout/stderr pair per task (rank)
-        metrics.jsonl   one line per epoch, written by rank 0
-        checkpoints/    ckpt-<step>.pt, the newest K
-        model_final.pt  the final weights (a state_dict)
-        result.json     the final metrics, once the run has finished
+Every record is written whole under a temporary name and renamed, so a reader never sees half of
+one. A record that cannot be read (truncated, not JSON, not the right shape) is a ConfigError
+naming the file, so `status`, `logs`, `cancel` and `--resume` answer with one line, not a traceback.
 """
 
 from __future__ import annotations
@@ -16,57 +11,198 @@ from __future__ import annotations
 import json
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-RUN_FILE = "run.json"
+import yaml
+
+from launcher.config.profile import slurm_conf_file
+from launcher.rundir.layout import (
+    FAILURE_FILE,
+    JOB_FILE,
+    PROFILE_FILE,
+    RESULT_FILE,
+    RUN_FILE,
+    TASKS_FILE,
+    task_dir,
+)
+from trainer.schema import ConfigError
 
 
-def new_run_dir(runs_root: Path, job_name: str, profile_name: str) -> Path:
-    """A fresh, not yet existing folder name (created only when the run is submitted)."""
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    base = runs_root.expanduser().resolve() / f"{stamp}-{_safe(job_name)}-{_safe(profile_name)}"
-    path, n = base, 1
-    while path.exists():
-        n += 1
-        path = base.with_name(f"{base.name}-{n}")
-    return path
+def write_json(path: Path, data: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=str))
+    tmp.replace(path)
 
 
-def _safe(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "run"
+def read_json(path: Path) -> dict[str, Any]:
+    """A JSON object from `path`; ConfigError naming the file if it is unreadable or not an object."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read it ({err.strerror})") from None
+    except (ValueError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{path}: not valid JSON (truncated or overwritten?): {err}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    return data
 
+
+def read_optional(path: Path) -> dict[str, Any] | None:
+    """Like read_json, but None for a missing or unreadable file (results being written, say)."""
+    try:
+        return read_json(path) if path.exists() else None
+    except ConfigError:
+        return None
+
+
+# ----- run.json ------------------------------------------------------------------------------------
 
 def create(run_dir: Path, description: dict[str, Any], argv: list[str]) -> None:
-    import yaml
-
     run_dir.mkdir(parents=True, exist_ok=False)
-    (run_dir / "profile.yaml").write_text(yaml.safe_dump(description["profile"], sort_keys=False))
+    (run_dir / PROFILE_FILE).write_text(yaml.safe_dump(description["profile"], sort_keys=False))
     job = dict(description["job"])
     job["global_batch_size"] = description["global_batch_size"]  # shown, not read back
-    (run_dir / "job.yaml").write_text(yaml.safe_dump(job, sort_keys=False))
-    record = {**description, "created": time.time(), "argv": [sys.executable, *argv], "job_ids": []}
-    write_record(run_dir, record)
+    (run_dir / JOB_FILE).write_text(yaml.safe_dump(job, sort_keys=False))
+    write_json(run_dir / RUN_FILE, {**description, "created": time.time(), "argv": [sys.executable, *argv],
+                                    "job_ids": []})
 
 
 def read_record(run_dir: Path) -> dict[str, Any]:
-    return json.loads((run_dir / RUN_FILE).read_text())
-
-
-def write_record(run_dir: Path, record: dict[str, Any]) -> None:
-    tmp = run_dir / f".{RUN_FILE}.tmp"
-    tmp.write_text(json.dumps(record, indent=2, default=str))
-    tmp.replace(run_dir / RUN_FILE)
+    return read_json(run_dir / RUN_FILE)
 
 
 def update_record(run_dir: Path, **fields: Any) -> dict[str, Any]:
     record = read_record(run_dir)
     record.update(fields)
-    write_record(run_dir, record)
+    write_json(run_dir / RUN_FILE, record)
     return record
 
 
-def write_result(run_dir: Path, result: dict[str, Any]) -> None:
-    tmp = run_dir / ".result.json.tmp"
-    tmp.write_text(json.dumps(result, indent=2, default=str))
-    tmp.replace(run_dir / "result.json")
+# ----- how a task ended ----------------------------------------------------------------------------
+
+def write_result(folder: Path, result: dict[str, Any], **fields: Any) -> None:
+    """`result.json` in a run's or a task's folder: the final metrics and how the run ended."""
+    folder.mkdir(parents=True, exist_ok=True)
+    write_json(folder / RESULT_FILE, {**result, "state": "COMPLETED", **fields})
+
+
+def write_failure(folder: Path, rank: int | None, error: str) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    write_json(folder / FAILURE_FILE, {"rank": rank, "error": error})
+
+
+def clear_outcome(folder: Path) -> None:
+    """Before a task runs again: a stale failure must not outlive the retry."""
+    (folder / FAILURE_FILE).unlink(missing_ok=True)
+
+
+# ----- tasks.json ----------------------------------------------------------------------------------
+
+def write_tasks(run_dir: Path, tasks: list[dict[str, Any]]) -> None:
+    """Every task's full job (after its overrides), so `--resume` can rebuild exactly that task.
+    Each entry: {"task", "overrides", "job", "run_dir"}."""
+    write_json(run_dir / TASKS_FILE, {"tasks": sorted(tasks, key=lambda e: e["task"])})
+
+
+def read_tasks(run_dir: Path) -> dict[int, dict[str, Any]]:
+    path = run_dir / TASKS_FILE
+    entries = read_json(path).get("tasks")
+    if not isinstance(entries, list) or not all(
+            isinstance(e, dict) and isinstance(e.get("task"), int) and isinstance(e.get("job"), dict)
+            for e in entries):
+        raise ConfigError(f"{path}: key 'tasks' must be a list of {{task, overrides, job, run_dir}} objects")
+    return {e["task"]: e for e in entries}
+
+
+# ----- a run, as recorded --------------------------------------------------------------------------
+
+@dataclass
+class RunInfo:
+    run_dir: Path
+    record: dict[str, Any]
+
+    @property
+    def executor(self) -> str:
+        return str(self.record.get("executor", ""))
+
+    @property
+    def num_tasks(self) -> int:
+        return int(self.record.get("tasks") or 1)
+
+    @property
+    def is_sweep(self) -> bool:
+        return self.num_tasks > 1 or bool(self.record.get("sweep_overrides"))
+
+    @property
+    def overrides(self) -> list[dict[str, Any]]:
+        return list(self.record.get("sweep_overrides") or [{}] * self.num_tasks)
+
+    @property
+    def job(self) -> dict[str, Any]:
+        return dict(self.record.get("job") or {})
+
+    @property
+    def profile(self) -> dict[str, Any]:
+        return dict(self.record.get("profile") or {})
+
+    @property
+    def target(self) -> tuple[str, str]:
+        return str(self.job.get("target_metric", "test_accuracy")), str(self.job.get("target_mode", "max"))
+
+    @property
+    def slurm_conf(self) -> str:
+        return slurm_conf_file(self.executor, str(self.profile.get("slurm_conf") or ""))
+
+    def task_dir(self, task: int) -> Path:
+        return task_dir(self.run_dir, task, self.is_sweep)
+
+    @property
+    def task_jobs(self) -> list[list[str]]:
+        """For each task, the job ids it ran under (oldest first); [] for a task never submitted."""
+        recorded = self.record.get("task_jobs")
+        if recorded:
+            return [[str(j) for j in ids] for ids in recorded]
+        ids = [str(j) for j in self.record.get("job_ids") or []]
+        if len(ids) == self.num_tasks:
+            return [[j] for j in ids]
+        if self.num_tasks == 1 and ids:
+            return [ids[:1]]
+        # A submission interrupted part-way: the arrays sbatch accepted cover the first tasks.
+        return [[ids[t]] if t < len(ids) else [] for t in range(self.num_tasks)]
+
+
+_SHAPE = {"executor": str, "tasks": int, "job_ids": list, "profile": dict, "job": dict}
+
+
+def load_run(run_dir: Path) -> RunInfo:
+    record = read_record(run_dir)
+    for key, kind in _SHAPE.items():
+        if key in record and not isinstance(record[key], kind):
+            raise ConfigError(f"{run_dir / RUN_FILE}: key '{key}' has invalid value {record[key]!r}; expected "
+                              f"a JSON {kind.__name__}")
+    return RunInfo(run_dir, record)
+
+
+# ----- finding runs --------------------------------------------------------------------------------
+
+def run_folders(runs_dir: Path) -> list[Path]:
+    """Run folders under `runs_dir`, newest first."""
+    if not runs_dir.is_dir():
+        return []
+    found = [p.resolve() for p in runs_dir.iterdir() if (p / RUN_FILE).is_file()]
+    return sorted(found, key=lambda p: ((p / RUN_FILE).stat().st_ctime, p.name), reverse=True)
+
+
+def find_run(name: str | None, runs_dir: Path) -> Path:
+    """A run by folder path, or by name under `runs_dir`; None: the newest run there."""
+    if name is None:
+        found = run_folders(runs_dir)
+        if not found:
+            raise ConfigError(f"no runs in {str(runs_dir)!r} (give a run folder, --runs-dir or --profile)")
+        return found[0]
+    for path in (Path(name), runs_dir / name):
+        if (path / RUN_FILE).is_file():
+            return path.resolve()
+    raise ConfigError(f"run {name!r}: not a run folder (no {RUN_FILE} there or in {runs_dir}/)")

@@ -14,17 +14,17 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from pathlib import Path
 from typing import Any
 
-from launcher import plots, runs
-from launcher.sweep import swept_keys
-from launcher.taskstate import ACTIVE, RunInfo, TaskState, load_run, task_states
+from launcher.config.sweep import swept_keys
+from launcher.rundir import plots
+from launcher.rundir.layout import CURVES_FILE, METRICS_FILE, RESULT_FILE, SUMMARY_CSV, SUMMARY_MD, SUMMARY_PNG
+from launcher.rundir.record import RunInfo, load_run, read_optional, update_record, write_result
+from launcher.rundir.states import ACTIVE, TaskState, task_states
 
 METRIC_COLUMNS = ["test_accuracy", "test_loss", "train_loss", "images_per_second", "epochs", "steps"]
 TAIL_COLUMNS = ["wall_time_s", "restarts", "job_id", "error"]
-SUMMARY_CSV, SUMMARY_MD, SUMMARY_PNG = "summary.csv", "summary.md", "summary.png"
 
 
 def rows_of(info: RunInfo, states: list[TaskState]) -> tuple[list[dict[str, Any]], list[str]]:
@@ -43,13 +43,7 @@ def rows_of(info: RunInfo, states: list[TaskState]) -> tuple[list[dict[str, Any]
 
 
 def _recorded_result(ts: TaskState) -> dict[str, Any] | None:
-    path = ts.task_dir / "result.json"
-    if ts.state != "completed" or not path.exists():
-        return None
-    try:
-        return json.loads(path.read_text())
-    except ValueError:
-        return None
+    return read_optional(ts.task_dir / RESULT_FILE) if ts.state == "completed" else None
 
 
 def sort_rows(rows: list[dict[str, Any]], metric: str, mode: str) -> list[dict[str, Any]]:
@@ -115,13 +109,10 @@ def _write_task_results(info: RunInfo, states: list[TaskState], max_curves: int 
     (at most `max_curves` new pictures, ~0.1 s each); returns how many pictures are left to draw."""
     drawn = left = 0
     for ts in states:
-        if ts.state == "completed" and ts.result and not (ts.task_dir / "result.json").exists():
-            ts.task_dir.mkdir(parents=True, exist_ok=True)
-            runs.write_result(ts.task_dir, {**ts.result, "state": "COMPLETED", "job_id": ts.job_id,
-                                            "restarts": ts.restarts, "task": ts.task,
-                                            "overrides": ts.overrides})
-        if not ts.task_dir.is_dir() or plots.is_fresh(ts.task_dir / plots.CURVES_FILE,
-                                                         ts.task_dir / "metrics.jsonl"):
+        if ts.state == "completed" and ts.result and not (ts.task_dir / RESULT_FILE).exists():
+            write_result(ts.task_dir, ts.result, job_id=ts.job_id, restarts=ts.restarts, task=ts.task,
+                         overrides=ts.overrides)
+        if not ts.task_dir.is_dir() or plots.is_fresh(ts.task_dir / CURVES_FILE, ts.task_dir / METRICS_FILE):
             continue
         if max_curves is not None and drawn >= max_curves:
             left += 1
@@ -162,14 +153,14 @@ def collect(run_dir: Path, states: list[TaskState] | None = None,
         best = rows[0] if rows and rows[0]["state"] == "completed" else None
     else:
         result = states[0].result or _recorded_result(states[0]) if states else None
-        if states and states[0].state == "completed" and result and not (run_dir / "result.json").exists():
-            runs.write_result(run_dir, {**result, "run_dir": str(run_dir), "job_id": states[0].job_id,
-                                        "state": "COMPLETED", "restarts": states[0].restarts})
+        if states and states[0].state == "completed" and result and not (run_dir / RESULT_FILE).exists():
+            write_result(run_dir, result, run_dir=str(run_dir), job_id=states[0].job_id,
+                         restarts=states[0].restarts)
         best = {metric: result.get(metric)} if result and states[0].state == "completed" else None
     summary["best"] = best
     if state not in ("running", "pending"):
         # Cached for `list`, which then needs no scheduler call for finished runs.
-        runs.update_record(run_dir, state=state.upper(),
+        update_record(run_dir, state=state.upper(),
                            best={metric: best.get(metric), "task": best.get("task")} if best else None)
     return summary
 

@@ -8,16 +8,16 @@ front as a ConfigError naming the profile key, so the user gets exit status 2 an
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from launcher.submission import Submission
+from launcher.cluster.slurm.env import slurm_env
+from launcher.cluster.slurm.sbatch import SlurmRequest
+from launcher.cluster.said import last_line
 from trainer import hostlist
-from trainer.distenv import scrubbed
 from trainer.schema import ConfigError
 
 # A healthy controller answers in milliseconds; an unreachable one makes scontrol retry for about
@@ -49,12 +49,6 @@ class Partition:
 
 # ----- asking the controller -----------------------------------------------------------------------
 
-def slurm_environment(sub: Submission) -> dict[str, str]:
-    """The environment the submitter's SLURM commands run with: ours, minus an enclosing job's
-    variables, plus the profile's SLURM_CONF."""
-    return {**scrubbed(os.environ), **sub.client_env}
-
-
 def run_scontrol(args: list[str], env: dict[str, str], source: str) -> str:
     """`scontrol ARGS` (stdout); any failure to get an answer is a SlurmUnavailable error."""
     command = ["scontrol", *args]
@@ -63,7 +57,7 @@ def run_scontrol(args: list[str], env: dict[str, str], source: str) -> str:
     if conf and not Path(conf).is_file():
         raise SlurmUnavailable(f"{source}: SLURM configuration {conf!r} (profile.slurm_conf / SLURM_CONF) does "
                                f"not exist; is that cluster set up? (the dev cluster writes it on "
-                               f"`python -m tests.slurm_cluster up`)")
+                               f"`python -m launcher.devcluster up`)")
     try:
         proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
     except FileNotFoundError:
@@ -71,21 +65,13 @@ def run_scontrol(args: list[str], env: dict[str, str], source: str) -> str:
                                f"PATH; submit from a machine with SLURM (e.g. a login node) or use the local "
                                f"profile") from None
     except subprocess.TimeoutExpired as err:
-        said = _first_line(err.stderr)
+        said = last_line(err.stderr)
         raise SlurmUnavailable(f"{source}: {where} did not answer `{' '.join(command)}` within {TIMEOUT_S:g} s"
                                + (f" ({said})" if said else "") + "; is slurmctld running?") from None
     if proc.returncode != 0:
-        said = _first_line(proc.stderr) or _first_line(proc.stdout) or f"exit status {proc.returncode}"
+        said = last_line(proc.stderr) or last_line(proc.stdout) or f"exit status {proc.returncode}"
         raise SlurmUnavailable(f"{source}: cannot query {where}: `{' '.join(command)}` said: {said}")
     return proc.stdout
-
-
-def _first_line(text: str | bytes | None) -> str:
-    if isinstance(text, bytes):
-        text = text.decode(errors="replace")
-    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
-    # scontrol's last line is usually the conclusion ("Unable to contact slurm controller").
-    return lines[-1] if lines else ""
 
 
 # ----- parsing scontrol's one-line records -----------------------------------------------------------
@@ -187,9 +173,8 @@ def max_array_tasks(config_text: str) -> int | None:
 
 # ----- the checks -------------------------------------------------------------------------------------
 
-def check_request(sub: Submission, partitions: dict[str, Partition], source: str) -> Partition:
+def check_request(profile: SlurmRequest, partitions: dict[str, Partition], source: str) -> Partition:
     """Raise ConfigError (naming the profile key) for a request the partition can never satisfy."""
-    profile = sub.profile
     if not partitions:
         raise ConfigError(f"{source}: the SLURM cluster reports no partitions")
     names = ", ".join(sorted(partitions))
@@ -234,10 +219,11 @@ def check_request(sub: Submission, partitions: dict[str, Partition], source: str
         raise ConfigError(f"profile.tasks_per_node x profile.cpus_per_task: {profile.tasks_per_node} x "
                           f"{profile.cpus_per_task} = {cpus} CPUs per node exceeds the {most_cpus} CPUs of "
                           f"{where}'s largest node ({source})")
-    mem_mb = int(profile.mem_per_task_gb * 1024 * profile.tasks_per_node) if profile.mem_per_task_gb else 0
+    mem_mb = profile.mem_per_node_mb
     most_mem = max(n.memory_mb for n in part.nodes)
     if mem_mb > most_mem:
-        raise ConfigError(f"profile.mem_per_task_gb: {profile.mem_per_task_gb:g} GB x {profile.tasks_per_node} "
+        per_task_gb = mem_mb / 1024 / profile.tasks_per_node
+        raise ConfigError(f"profile.mem_per_task_gb: {per_task_gb:g} GB x {profile.tasks_per_node} "
                           f"task(s) = {mem_mb} MB per node exceeds the {most_mem} MB of {where}'s largest node "
                           f"({source})")
     # Each check above passes on some node; the request needs `nodes` nodes that pass all of them.
@@ -250,13 +236,13 @@ def check_request(sub: Submission, partitions: dict[str, Partition], source: str
     return part
 
 
-def check(sub: Submission, source: str, required: bool = True) -> int | None:
+def check(request: SlurmRequest, max_array_size: int | None, source: str, required: bool = True) -> int | None:
     """Raise ConfigError for requests the cluster can never satisfy; return the array chunk size
     (the most tasks one job array may hold: the profile's max_array_size, capped by the cluster's).
 
     With `required=False` (--dry-run) a cluster that cannot be asked is noted on stderr and skipped,
     so the script can still be shown on a machine without SLURM; violations are still errors."""
-    env = slurm_environment(sub)
+    env = slurm_env(request.slurm_conf)
     try:
         partitions_text = run_scontrol(["show", "partition", "-o"], env, source)
         nodes_text = run_scontrol(["show", "node", "-o"], env, source)
@@ -265,7 +251,7 @@ def check(sub: Submission, source: str, required: bool = True) -> int | None:
         if required:
             raise
         print(f"note: preflight against the cluster skipped: {err}", file=sys.stderr)
-        return sub.profile.max_array_size
-    check_request(sub, parse_partitions(partitions_text, nodes_text), source)
-    limits = [n for n in (sub.profile.max_array_size, max_array_tasks(config_text)) if n]
+        return max_array_size
+    check_request(request, parse_partitions(partitions_text, nodes_text), source)
+    limits = [n for n in (max_array_size, max_array_tasks(config_text)) if n]
     return min(limits) if limits else None

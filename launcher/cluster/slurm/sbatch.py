@@ -1,0 +1,99 @@
+"""What one sbatch asks for (`SlurmRequest`, in SLURM's terms) and the same in submitit's parameter
+names: pure data, no SLURM call. `launcher.request` builds the request from a profile.
+
+Every value that comes from a profile, a job or `--set` is quoted before it reaches the batch
+script, and values written into `#SBATCH --key=value` lines must stay on their line. Errors name the
+profile key the value came from.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+from launcher.cluster.slurm.srun import SRUN_ARGS
+from trainer.schema import ConfigError
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+@dataclass(frozen=True)
+class SlurmRequest:
+    """One job's (or each array task's) allocation and script, as a profile asks for it."""
+
+    job_name: str
+    nodes: int
+    tasks_per_node: int
+    cpus_per_task: int
+    time_min: int
+    gpus_per_node: int = 0
+    mem_per_node_mb: int = 0  # 0: the partition's default
+    partition: str = ""
+    account: str = ""
+    qos: str = ""
+    constraint: str = ""
+    signal: str = "USR2"
+    signal_delay_s: int = 120
+    array_parallelism: int = 16
+    env: dict[str, str] = field(default_factory=dict)
+    setup: list[str] = field(default_factory=list)
+    sbatch_extra: dict[str, str] = field(default_factory=dict)
+    slurm_conf: str = ""  # SLURM_CONF for the job's own SLURM calls (scontrol requeue)
+    after: list[str] = field(default_factory=list)  # afterok dependencies
+
+
+def quote_setup_line(line: str, key: str = "setup") -> str:
+    """A setup line as one simple command: words re-quoted so metacharacters never execute
+    (`echo a; touch x` runs echo with the words 'a;', 'touch' and 'x')."""
+    try:
+        return shlex.join(shlex.split(line))
+    except ValueError as err:  # unbalanced quotes
+        raise ConfigError(f"profile.{key}: {line!r} is not a command line ({err}); each setup line is "
+                          f"one command whose words are quoted before they reach the script") from None
+
+
+def setup_lines(req: SlurmRequest) -> list[str]:
+    """The batch script's setup: exports first (setup commands may read them), then the profile's
+    commands. Every value is quoted: nothing from a profile or --set is interpreted by the shell."""
+    # OMP_NUM_THREADS: libraries that start thread pools before the trainer sets its thread count
+    # (torch reads it at import) use the task's CPUs, not the whole node's.
+    env = {**({"SLURM_CONF": req.slurm_conf} if req.slurm_conf else {}), "SUBMITIT_PREEMPT_SIGNAL": req.signal,
+           "OMP_NUM_THREADS": str(req.cpus_per_task), **req.env}
+    lines = [f"export {key}={shlex.quote(value)}" for key, value in env.items()]
+    lines += [quote_setup_line(line, f"setup[{i}]") for i, line in enumerate(req.setup)]
+    return lines
+
+
+def check_one_line(values: dict[str, str]) -> None:
+    """Values written into `#SBATCH --key=value` lines must stay on their line: submitit quotes them
+    for sbatch, but a newline would end the directive and start a shell command in the script."""
+    for key, value in values.items():
+        found = _CONTROL.search(value)
+        if found:
+            raise ConfigError(f"{key}: {value!r} contains the control character {found.group()!r}; "
+                              f"SLURM options are single-line text")
+
+
+def parameters(req: SlurmRequest) -> dict[str, Any]:
+    """submitit's SlurmExecutor parameters (SLURM's names) for `req`."""
+    check_one_line({"job.name": req.job_name, "profile.constraint": req.constraint,
+                    **{f"profile.sbatch_extra.{k}": v for k, v in req.sbatch_extra.items()}})
+    params: dict[str, Any] = {
+        "job_name": req.job_name, "time": req.time_min, "nodes": req.nodes,
+        "ntasks_per_node": req.tasks_per_node, "cpus_per_task": req.cpus_per_task,
+        "signal_delay_s": req.signal_delay_s, "setup": setup_lines(req),
+        "srun_args": list(SRUN_ARGS), "array_parallelism": req.array_parallelism,
+        "stderr_to_stdout": False, "additional_parameters": {"requeue": True, **req.sbatch_extra},
+    }
+    if req.gpus_per_node:
+        params["gpus_per_node"] = req.gpus_per_node
+    if req.mem_per_node_mb:
+        params["mem"] = f"{req.mem_per_node_mb}M"
+    for key in ("partition", "account", "qos", "constraint"):
+        if getattr(req, key):
+            params[key] = getattr(req, key)
+    if req.after:
+        params["dependency"] = "afterok:" + ":".join(req.after)
+    return params

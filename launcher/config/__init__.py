@@ -1,0 +1,2 @@
+"""Configuration: cluster profiles, resolving a profile and a job with `--set`, sweep expansion,
+and the checks that need nothing but this machine."""

@@ -1,0 +1,75 @@
+"""Every name in a run folder, in one place.
+
+    runs/20261129-184500-digits-local/
+        run.json        what was submitted (profile, job, executor parameters, job ids, command)
+        tasks.json      a sweep's tasks: each one's overrides and full job (what --resume rebuilds)
+        profile.yaml    the resolved profile
+        job.yaml        the resolved job (batch size per rank and global)
+        logs/<job id>/  submitit's logs, one stdout/stderr pair per task (rank), and result pickles
+        metrics.jsonl   one line per epoch, written by rank 0
+        events.jsonl    started/resumed/stopped/finished, written by rank 0 (restarts are read from it)
+        checkpoints/    ckpt-<step>.pt, the newest K
+        model_final.pt  the final weights (a state_dict)
+        result.json     the final metrics, once the run has finished (failure.json if it failed)
+        curves.png      loss and accuracy per epoch
+        task-NNNN/      a sweep's tasks, each laid out like a single run (without run.json)
+        summary.csv, summary.md, summary.png   a sweep's table and picture
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from trainer import events
+
+RUN_FILE = "run.json"
+TASKS_FILE = "tasks.json"
+PROFILE_FILE = "profile.yaml"
+JOB_FILE = "job.yaml"
+RESULT_FILE = "result.json"
+FAILURE_FILE = "failure.json"
+METRICS_FILE = "metrics.jsonl"  # written by the trainer
+EVENTS_FILE = events.EVENTS_FILE  # written by the trainer
+CURVES_FILE = "curves.png"
+SUMMARY_CSV, SUMMARY_MD, SUMMARY_PNG = "summary.csv", "summary.md", "summary.png"
+LOGS_DIR = "logs"
+
+
+def new_run_dir(runs_root: Path, job_name: str, profile_name: str) -> Path:
+    """A fresh, not yet existing folder name (created only when the run is submitted)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = runs_root.expanduser().resolve() / f"{stamp}-{_safe(job_name)}-{_safe(profile_name)}"
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return path
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "run"
+
+
+def task_dir(run_dir: Path, task: int, is_sweep: bool) -> Path:
+    """Where task `task` trains: the run folder itself for a single run, task-NNNN/ in a sweep."""
+    return run_dir / f"task-{task:04d}" if is_sweep else run_dir
+
+
+def log_dir(run_dir: Path) -> Path:
+    return run_dir / LOGS_DIR
+
+
+def job_log_dir(run_dir: Path, job_id: str) -> Path:
+    """submitit's folder for one job (or one array task): logs/<id>/, ids like 12 or 12_3."""
+    return log_dir(run_dir) / job_id
+
+
+def log_path(run_dir: Path, job_id: str, rank: int, stream: str = "out") -> Path:
+    return job_log_dir(run_dir, job_id) / f"{job_id}_{rank}_log.{stream}"
+
+
+def result_pickles(run_dir: Path, job_id: str) -> list[Path]:
+    """Each rank's result pickle submitit left for `job_id` (success or the rank's traceback)."""
+    folder = job_log_dir(run_dir, job_id)
+    return list(folder.glob(f"{job_id}_*_result.pkl")) if folder.is_dir() else []

@@ -1,0 +1,67 @@
+"""How each rank of a job ended, from submitit's result pickles, and which failure is the cause.
+
+The failure shown first is the root cause: the rank that raised, or the rank that srun saw die
+first (killed, or exited with an error); its peers only die of the consequences (closed
+connections, collective timeouts, srun's kill-on-bad-exit) and are listed after it.
+"""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+from typing import Any
+
+from launcher.rundir.layout import result_pickles
+from launcher.cluster.said import last_line
+
+# What a rank that died of a peer's failure reports.
+SYMPTOMS = ("timed out", "Timeout", "Connection closed", "Connection reset", "Broken pipe",
+            "killed", "SIGTERM", "has not completed", "UncompletedJobError", "ended without a result")
+
+Failure = tuple[int, str, str]  # (rank, one-line error, full text)
+
+
+def error_text(text: str, default: str = "error") -> tuple[str, str]:
+    """(the one-line error, the full text) of a rank's failure as submitit reports it: the traceback
+    between "-----" rules, then a list of log paths; the traceback's last line is the exception."""
+    body = str(text).strip().split("\nYou can check full logs")[0]
+    lines = "\n".join(line for line in body.splitlines() if not line.strip().startswith("-----"))
+    return last_line(lines, default), str(text).strip()
+
+
+def root_cause_first(failures: list[Failure], first_dead: int | None = None) -> list[Failure]:
+    """Ranks that died of a peer's failure report timeouts or closed connections; show the cause first.
+
+    `first_dead` is the rank srun reported first (it outranks symptoms: a rank killed by a signal
+    leaves no traceback of its own)."""
+    def key(f: Failure) -> tuple[int, int]:
+        symptom = any(s in f[2] for s in SYMPTOMS)
+        if f[0] == first_dead:
+            return (1 if symptom else 0, f[0])
+        return (2 if symptom else 0, f[0])
+
+    return sorted(failures, key=key)
+
+
+def read_outcomes(run_dir: Path, job_id: str) -> dict[int, tuple[str, Any]]:
+    """Each rank's ("success", result) or ("error", traceback) from submitit's result pickles."""
+    out: dict[int, tuple[str, Any]] = {}
+    for path in result_pickles(run_dir, job_id):
+        rank = path.name[len(job_id) + 1:].split("_", 1)[0]
+        try:
+            with open(path, "rb") as fh:
+                kind, value = pickle.load(fh)
+        except Exception:  # noqa: BLE001, S112 - a half-written or foreign pickle tells us nothing
+            continue
+        if rank.isdigit():
+            out[int(rank)] = (str(kind), value)
+    return out
+
+
+def failure_of(outcomes: dict[int, tuple[str, Any]]) -> tuple[int, str] | None:
+    """The failed rank and its one-line error, the root cause first (peers die of timeouts)."""
+    failures = [(rank, *error_text(str(v))) for rank, (kind, v) in outcomes.items() if kind != "success"]
+    if not failures:
+        return None
+    rank, short, _ = root_cause_first(failures)[0]
+    return rank, short

@@ -1,0 +1,66 @@
+"""The few private parts of submitit this project relies on, in one place.
+
+submitit has no public API for three things the submitter needs: which signal its job environment
+listens to (and setting it before the script is written), the time-out countdown of a requeue
+decision, and the text of the sbatch script without submitting it (--dry-run). They are reached only
+through this module. `check()` names any attribute an installed submitit lacks, and the test suite
+calls it, so an upgrade that moves one fails loudly there instead of deep inside a requeue;
+`pyproject.toml` bounds submitit to the versions that test passed on.
+
+Importers outside the node side load this module lazily: it imports submitit.
+"""
+
+from __future__ import annotations
+
+import signal
+from typing import Any
+
+from submitit.core import utils
+from submitit.core.job_environment import JobEnvironment, SignalHandler
+from submitit.slurm.slurm import SlurmExecutor
+
+# (owner, attribute, what we use it for)
+REQUIRED: tuple[tuple[type, str, str], ...] = (
+    (JobEnvironment, "USR_SIG", "the requeue signal's name, set before the sbatch script is written"),
+    (JobEnvironment, "_usr_sig", "the signal number submitit listens to on the node"),
+    (SignalHandler, "checkpoint_and_try_requeue", "submitit's requeue decision and action"),
+    (SignalHandler, "has_timed_out", "time-out or preemption"),
+    (SlurmExecutor, "_make_submission_file_text", "the sbatch script for --dry-run"),
+    (SlurmExecutor, "_submitit_command_str", "the command the sbatch script runs"),
+)
+
+
+def check() -> list[str]:
+    """The private attributes this installed submitit lacks, each with what we need it for."""
+    missing = [f"{owner.__module__}.{owner.__name__}.{name} ({why})"
+               for owner, name, why in REQUIRED if not hasattr(owner, name)]
+    # An instance attribute: only a made DelayedSubmission shows it.
+    if not hasattr(utils.DelayedSubmission(print), "_timeout_countdown"):
+        missing.append("submitit.core.utils.DelayedSubmission._timeout_countdown (time-out requeues left)")
+    return missing
+
+
+def set_requeue_signal(name: str) -> None:
+    """The signal (e.g. "USR2") submitit writes into `#SBATCH --signal` and listens to on the node."""
+    JobEnvironment.USR_SIG = name
+
+
+def requeue_handler() -> tuple[SignalHandler, int] | None:
+    """submitit's handler for its requeue signal in this process, with the signal number; None
+    outside a submitit job (e.g. the debug executor, which installs none)."""
+    try:
+        signum = int(JobEnvironment._usr_sig())
+    except RuntimeError:
+        return None
+    owner = getattr(signal.getsignal(signum), "__self__", None)
+    return (owner, signum) if isinstance(owner, SignalHandler) else None
+
+
+def timeout_requeues_left(handler: SignalHandler) -> int | None:
+    """How many more time-out requeues submitit will allow (before counting the current one)."""
+    return getattr(getattr(handler, "_delayed", None), "_timeout_countdown", None)
+
+
+def submission_script(executor: Any) -> str:
+    """The sbatch script `executor` would submit (what submitit writes to the job's folder)."""
+    return str(executor._make_submission_file_text(executor._submitit_command_str, "dry-run"))
