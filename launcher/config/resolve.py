@@ -7,9 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from launcher.config.profile import Profile, find_profile_file
+from trainer import yamlio
 from trainer.config import JobConfig, find_job_file
 from trainer.schema import ConfigError, build, field_names, load_with_extends, unknown_key_error
 
@@ -52,9 +51,9 @@ def parse_overrides(items: list[str]) -> dict[str, dict[str, Any]]:
             _set_dotted(out[scope], name, raw)
             continue
         try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError:
-            raise ConfigError(f"--set {item}: value {raw!r} is not a valid YAML scalar") from None
+            value = yamlio.scalar(raw)
+        except yamlio.YamlError as err:
+            raise ConfigError(f"--set {item}: value {raw!r} is not a valid YAML scalar ({err})") from None
         if isinstance(value, (dict, list)) and name not in ("setup", "env", "sbatch_extra", "extra"):
             raise ConfigError(f"--set {item}: value must be a single scalar, got {type(value).__name__}")
         _set_dotted(out[scope], name, value)
