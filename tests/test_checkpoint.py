@@ -25,14 +25,15 @@ def test_keeps_the_newest_k_and_leaves_no_temporary_file(tmp_path: Path) -> None
     for step in (10, 20, 30, 40, 50):
         _save(tmp_path, step, keep=2)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-000000040.pt", "ckpt-000000050.pt"]
-    state, path = checkpoint.load_latest(tmp_path)
-    assert path.name == "ckpt-000000050.pt" and state["step"] == 50
+    found = checkpoint.load_newest_good(tmp_path)
+    assert found is not None and found.path.name == "ckpt-000000050.pt" and found.state["step"] == 50
 
 
 def test_a_leftover_temporary_file_of_a_killed_writer_is_ignored_then_removed(tmp_path: Path) -> None:
     _save(tmp_path, 10)
     (tmp_path / ".ckpt-000000020.pt.tmp-99999").write_bytes(b"half a checkpoint")
-    assert checkpoint.load_latest(tmp_path)[1].name == "ckpt-000000010.pt"
+    found = checkpoint.load_newest_good(tmp_path)
+    assert found is not None and found.path.name == "ckpt-000000010.pt" and not found.skipped
     _save(tmp_path, 30)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-000000010.pt", "ckpt-000000030.pt"]
 
@@ -84,8 +85,9 @@ def _train(run_dir: Path, **fields: object) -> StopRequested | None:
 def test_a_checkpoint_holds_model_optimizer_schedule_rng_sampler_position_counters_and_metrics(tmp_path: Path) -> None:
     stop = _train(tmp_path, interrupt_at="30")  # digits: 22 steps per epoch, so mid-epoch 2
     assert stop is not None and stop.step == 30
-    state, path = checkpoint.load_latest(tmp_path / "checkpoints")
-    assert path.name == "ckpt-000000030.pt"
+    found = checkpoint.load_newest_good(tmp_path / "checkpoints")
+    assert found is not None and found.path.name == "ckpt-000000030.pt"
+    state = found.state
     assert set(state["model"]) == {"net.1.weight", "net.1.bias", "net.3.weight", "net.3.bias", "net.5.weight",
                                    "net.5.bias"}
     momentum = [s["momentum_buffer"] for s in state["optimizer"]["state"].values()]

@@ -12,8 +12,9 @@ import json
 import os
 import sys
 
+from trainer.config import RunSettings, load_job
 from trainer.schema import ConfigError
-from trainer.stopping import signal_number as stop_signal_number
+from trainer.stopping import StopRequested, signal_number as stop_signal_number
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,15 +26,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="CPU threads per process")
     parser.add_argument("--gpus", action="store_true", help="train on CUDA (NCCL); fails without CUDA")
     args = parser.parse_args(argv)
-    from trainer.config import RunSettings, load_job
-
     try:
         job = load_job(args.job)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    from trainer.stopping import StopRequested
-    from trainer.train import run
+    from trainer.train import run  # torch (seconds): not for --help or a bad job file
 
     settings = RunSettings(run_dir=args.run_dir, data_dir=args.data_dir, use_gpus=args.gpus, threads=args.threads)
     try:

@@ -4,6 +4,9 @@ A checkpoint is written to a temporary file, fsync'ed, then renamed: a kill at a
 either the old set or the new one, never a half-written file under the final name. The SHA-256 of
 the payload is stored beside it so that a truncated or altered file is detected on load and the
 previous checkpoint is used instead.
+
+Most of a checkpoint is the same on every rank (model, optimizer, counters); `RankState` is the part
+that is not, gathered from every rank to rank 0, which writes the file.
 """
 
 from __future__ import annotations
@@ -11,13 +14,17 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import random
 import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
+
+from trainer.collectives import Ranks
 
 PATTERN = re.compile(r"^ckpt-(\d{9})\.pt$")
 
@@ -110,7 +117,55 @@ def load_newest_good(folder: Path) -> Loaded | None:
     return None
 
 
-def load_latest(folder: Path) -> tuple[dict[str, Any], Path] | None:
-    """(state, path) of the newest checkpoint that loads, or None (see `load_newest_good`)."""
-    found = load_newest_good(folder)
-    return None if found is None else (found.state, found.path)
+class RankState:
+    """What differs between ranks: the random number generators and the running epoch's loss.
+
+    The loss sum and step count of the epoch under way are kept so that an epoch resumed in the
+    middle reports the same train_loss as an uninterrupted one.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.new_epoch()
+
+    def new_epoch(self) -> None:
+        self.loss_sum = torch.zeros((), device=self.device)
+        self.steps = 0
+
+    def add(self, loss: torch.Tensor) -> None:
+        self.loss_sum += loss
+        self.steps += 1
+
+    def mean_loss(self) -> torch.Tensor:
+        return self.loss_sum / max(self.steps, 1)
+
+    def capture(self) -> dict[str, Any]:
+        """This rank's entry of the checkpoint's "ranks" list (the step count is the same on every
+        rank: the checkpoint holds it once, as "epoch_steps")."""
+        return {"rng": capture_rng(self.device), "epoch_loss_sum": self.loss_sum.detach().cpu()}
+
+    def restore(self, mine: dict[str, Any], steps: int) -> None:
+        restore_rng(mine["rng"], self.device)
+        self.loss_sum = mine["epoch_loss_sum"].to(self.device)
+        self.steps = steps
+
+    def gather(self, ranks: Ranks) -> list[dict[str, Any]]:
+        """Every rank's `capture()` in rank order on rank 0 (an empty list on the others)."""
+        return ranks.gather(self.capture())
+
+
+def capture_rng(device: torch.device) -> dict[str, Any]:
+    """This rank's random number generators (all that can affect training)."""
+    return {"torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
+            "python": random.getstate(), "numpy": np.random.get_state()}
+
+
+def restore_rng(rng: dict[str, Any], device: torch.device) -> None:
+    torch.set_rng_state(rng["torch"])
+    if device.type == "cuda" and rng.get("cuda") is not None:
+        torch.cuda.set_rng_state(rng["cuda"], device)
+    if rng.get("python") is not None:
+        random.setstate(rng["python"])
+    if rng.get("numpy") is not None:
+        np.random.set_state(rng["numpy"])

@@ -8,11 +8,13 @@ with a handful of tensor operations.
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np  # torch imports it anyway
 import torch
 import torch.nn.functional as F
 from torch.utils.data.distributed import DistributedSampler
@@ -73,8 +75,6 @@ def load_digits() -> TensorDataset:
     seed is 1 because seed 0 happens to draw an unusually hard test set (the default digits job
     scores 0.966 on it, 0.980-0.987 on seeds 1-5; scikit-learn's own split scored 0.978).
     """
-    import numpy as np
-
     raw = np.loadtxt(_digits_csv(), delimiter=",")
     images = (raw[:, :-1].reshape(-1, 1, 8, 8) * 255.0 / 16.0).round().astype(np.uint8)
     labels = raw[:, -1].astype(np.int64)
@@ -85,8 +85,6 @@ def load_digits() -> TensorDataset:
 
 def _digits_csv() -> Path:
     """sklearn/datasets/data/digits.csv.gz, located without importing scikit-learn."""
-    import importlib.util
-
     spec = importlib.util.find_spec("sklearn")
     for folder in (spec.submodule_search_locations or []) if spec is not None else []:
         path = Path(folder) / "datasets" / "data" / "digits.csv.gz"
@@ -99,8 +97,6 @@ def _digits_csv() -> Path:
 def stratified_test_indices(labels, fraction: float, seed: int):  # numpy in and out
     """A seeded stratified split: ceil(fraction x N) test items, each class in proportion (largest
     remainders get the leftover items), chosen at random within each class. Sorted indices."""
-    import numpy as np
-
     rng = np.random.default_rng(seed)
     classes, counts = np.unique(labels, return_counts=True)
     n_test = math.ceil(fraction * len(labels))
@@ -132,6 +128,7 @@ def cifar10_missing_message(root: Path, reason: str) -> str:
 
 
 def _cifar10_class(verify_checksums: bool):  # noqa: ANN202 - a torchvision dataset class
+    # torchvision only for CIFAR-10: its import would cost every digits run a second per rank.
     from torchvision.datasets import CIFAR10
 
     if verify_checksums:

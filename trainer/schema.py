@@ -146,10 +146,6 @@ def require(condition: bool, key: str, value: Any, expected: str) -> None:
         raise FieldError(key, value, expected)
 
 
-def as_dict(obj: Any) -> dict[str, Any]:
-    return dataclasses.asdict(obj)
-
-
 def read_yaml(path: os.PathLike[str] | str) -> dict[str, Any]:
     """Read one YAML mapping; malformed YAML or a non-mapping is a ConfigError naming the file."""
     import yaml  # PyYAML: imported here so that `--help` does not pay for it

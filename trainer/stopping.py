@@ -2,8 +2,8 @@
 
 A signal handler must not stop training where it lands: in the middle of a step, or inside a
 collective that the other ranks are waiting in, only this rank would leave. So the handler only
-records the request; the loop asks all ranks at each step boundary (`Trainer.stop_agreed`), and
-every rank stops at the same step. Two kinds of request:
+records the request; the loop asks all ranks at each step boundary (`StopProtocol.agreed`), and
+every rank stops at the same step (`StopProtocol.stop`). Two kinds of request:
 
 * REQUEUE: the profile's signal (USR2 by default), which SLURM sends `signal_delay_s` before the
   time limit and on preemption. Rank 0 checkpoints and the launcher requeues the job.
@@ -11,17 +11,28 @@ every rank stops at the same step. Two kinds of request:
   node failure, kill-on-bad-exit). Rank 0 checkpoints if there is time; SLURM decides what follows,
   so the job never requeues itself on TERM (a user's `scancel` must stay a cancel).
 
-No torch here.
+No torch here: the launcher installs the handlers before it imports torch (seconds), so that a
+signal in the meantime is not lost. The collectives reach this module from the trainer, as objects.
 """
 
 from __future__ import annotations
 
+import contextlib
 import signal
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, NoReturn
+
+if TYPE_CHECKING:  # annotations only: importing these at run time would import torch
+    from trainer.collectives import Ranks
+    from trainer.reporting import Reporter
 
 NONE, REQUEUE, TERMINATE = 0, 1, 2
 KIND_NAMES = {REQUEUE: "requeue", TERMINATE: "terminate"}
+
+# Called on rank 0 after the stop checkpoint is on disk, with the signal's name; returns what was
+# decided (JSON-able, at least {"requeued": bool}), which every rank then receives in StopRequested.
+# The launcher's requeue lives behind it: the trainer never imports submitit.
+StopHook = Callable[[str], dict[str, Any]]
 
 
 class StopRequested(Exception):
@@ -93,3 +104,64 @@ class StopSignals:
         signum = signal_number(name)
         if signum is not None:
             signal.raise_signal(signum)
+
+
+@contextlib.contextmanager
+def installed(stops: StopSignals | None, requeue_signal: str) -> Iterator[StopSignals]:
+    """`stops` as given (whoever installed it restores it), or handlers installed for this block."""
+    if stops is not None:
+        yield stops
+        return
+    own = StopSignals(requeue_signal)
+    own.install()
+    try:
+        yield own
+    finally:
+        own.restore()
+
+
+class StopProtocol:
+    """How every rank stops together: agree at a step boundary, checkpoint, decide on rank 0, share."""
+
+    def __init__(self, signals: StopSignals, requeue_signal: str, on_stop: StopHook | None, ranks: Ranks,
+                 report: Reporter, interrupts: set[int] | frozenset[int] = frozenset()) -> None:
+        self.signals, self.requeue_signal, self.on_stop = signals, requeue_signal, on_stop
+        self.ranks, self.report, self.interrupts = ranks, report, interrupts
+
+    def agreed(self, step: int, start_step: int) -> int:
+        """At a step boundary: the stop every rank agrees on (NONE, REQUEUE or TERMINATE)."""
+        if self.interrupts and self.ranks.is_main and step in self.interrupts and step != start_step:
+            self.signals.raise_requeue_signal()  # the test aid goes through the real signal handler
+        # Any rank that saw a signal stops everyone; TERMINATE outranks REQUEUE.
+        return self.ranks.max(self.signals.kind)
+
+    def stop(self, kind: int, checkpoint: Callable[[], None], **where: int) -> NoReturn:
+        """Checkpoint, let the launcher decide (requeue or not) on rank 0, tell every rank, raise.
+
+        `where` (step, epoch, step_in_epoch) goes into the log line and the "stopped" event.
+        """
+        name = self.signals.name if self.signals.kind == kind else ""
+        name = name or ("TERM" if kind == TERMINATE else self.requeue_signal)
+        checkpoint()
+        info: dict[str, Any] = {}
+        if self.ranks.is_main:
+            info = self.decision(kind, name)
+            self.report.log(f"stopped at step {where['step']} on SIG{name}: "
+                            + ", ".join(f"{k} {v}" for k, v in info.items()))
+            self.report.event("stopped", **where, signal=name, kind=KIND_NAMES[kind], **info)
+        # Also keeps the other ranks alive until rank 0 has requeued: with srun --kill-on-bad-exit
+        # a rank that exits early with an error would kill rank 0 before it requeues the job.
+        info = self.ranks.broadcast(info)
+        raise StopRequested(where["step"], name, kind, info)
+
+    def decision(self, kind: int, name: str) -> dict[str, Any]:
+        if kind == TERMINATE:
+            # SLURM is ending the job itself (scancel, scontrol requeue, node failure): it decides
+            # whether the job comes back; requeueing ourselves would turn a user's cancel into a requeue.
+            return {"requeued": False, "reason": "terminated"}
+        if self.on_stop is None:
+            return {"requeued": False, "reason": "no requeue hook (not run by the submitter)"}
+        try:
+            return dict(self.on_stop(name))
+        except Exception as err:  # noqa: BLE001 - reported on every rank through StopRequested
+            return {"requeued": False, "reason": "requeue failed", "message": f"{type(err).__name__}: {err}"}

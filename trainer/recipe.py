@@ -1,0 +1,80 @@
+"""What a job's recipe becomes on this rank: its dataset, its model (wrapped for DDP), its optimizer
+and its learning-rate schedule."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from trainer import data
+from trainer.collectives import Ranks
+from trainer.config import JobConfig
+from trainer.models import build_model
+
+
+def load_data(job: JobConfig, data_dir: str, local_rank: int, ranks: Ranks) -> data.TensorDataset:
+    if job.dataset == "digits":
+        return data.load_digits()
+    if job.dataset == "synthetic-cifar10":
+        return data.load_synthetic_cifar10(job.synthetic_train_size, job.synthetic_test_size, seed=1234)
+    root = Path(job.data_dir or data_dir)
+    # Only one rank per node downloads; the others wait. A failure is shared so nobody hangs.
+    failure = ""
+    if job.download and local_rank == 0:
+        try:
+            data.fetch_cifar10(root, job.verify_checksums)
+        except data.DataError as err:
+            failure = str(err)
+    if ranks.max(1 if failure else 0) and not failure:
+        failure = data.cifar10_missing_message(root, "the download failed on another rank")
+    if failure:
+        raise data.DataError(failure)
+    return data.load_cifar10(root, download=False, verify_checksums=job.verify_checksums)
+
+
+def build(job: JobConfig, device: torch.device, distributed: bool) -> tuple[nn.Module, nn.Module, Callable]:
+    """(the model, the module that trains it: DDP across ranks or the model itself, its forward)."""
+    gpu = device.type == "cuda"
+    model = build_model(job.model).to(device)
+    if job.channels_last:  # oneDNN's CPU convolutions prefer it too (LeNet: ~15-30 % faster)
+        model = model.to(memory_format=torch.channels_last)
+    ddp: nn.Module = model
+    if distributed:
+        # Gradients land straight in the all-reduce buckets (no copy); buckets are reduced while
+        # backward still runs for earlier layers.
+        ddp = DDP(model, device_ids=[device.index] if gpu else None,
+                  gradient_as_bucket_view=True, bucket_cap_mb=25 if gpu else 4)
+    forward = torch.compile(ddp) if (gpu and job.compile) else ddp
+    return model, ddp, forward
+
+
+def make_optimizer(job: JobConfig, model: nn.Module) -> torch.optim.Optimizer:
+    if job.optimizer == "adamw":
+        return torch.optim.AdamW(model.parameters(), lr=job.lr, weight_decay=job.weight_decay)
+    return torch.optim.SGD(model.parameters(), lr=job.lr, momentum=job.momentum,
+                           nesterov=job.nesterov and job.momentum > 0, weight_decay=job.weight_decay)
+
+
+def make_scheduler(job: JobConfig, optimizer: torch.optim.Optimizer,
+                   total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
+    """One schedule step per optimizer step. A plain function (not a callable object), so that its
+    state_dict holds no lambda state, as checkpoints written before expect."""
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: lr_factor(job.lr_schedule, s, total_steps, job.warmup_fraction))
+
+
+def lr_factor(schedule: str, step: int, total: int, warmup_fraction: float) -> float:
+    if schedule == "constant":
+        return 1.0
+    warmup = max(1, int(total * warmup_fraction))
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    if schedule == "onecycle":
+        return max(0.0, 1.0 - progress)
+    return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
