@@ -1,9 +1,11 @@
 """Benchmark 3: how long the submitter takes: `--dry-run`, and a real 1,000-task job array on the dev cluster.
 
-    python benchmarks/submitter.py [--repeat 5]
+    python benchmarks/submitter.py [--repeat 5] [--against REV]
 
 Each command runs `--repeat` times as a fresh process (what a user waits for); the table shows the
-median and the fastest. The 1,000-task array goes to the shared dev cluster (`python -m
+median and the fastest. `--against REV` (e.g. a commit before a refactor) also runs every command
+from a checkout of REV, interleaved with this tree's runs (A B A B ...), and adds REV's median and
+the ratio this/REV: a ratio at or below 1 means no slower. The 1,000-task array goes to the shared dev cluster (`python -m
 launcher.devcluster status`) and is cancelled with scancel as soon as sbatch returned, so the cluster
 is not flooded. Goals: dry run < 0.5 s; 1,000-task submission < dry run + 1 s.
 """
@@ -11,6 +13,7 @@ is not flooded. Goals: dry run < 0.5 s; 1,000-task submission < dry run + 1 s.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -18,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -46,54 +50,92 @@ def cluster_env() -> dict[str, str] | None:
     return env if up.returncode == 0 and "cluster is UP" in up.stdout else None
 
 
+@contextlib.contextmanager
+def checkout(rev: str | None) -> Iterator[Path | None]:
+    """A detached worktree of `rev` sharing this tree's dev cluster state, removed afterwards."""
+    if rev is None:
+        yield None
+        return
+    folder = Path(tempfile.mkdtemp(prefix="bench-against-")) / "tree"
+    subprocess.run(["git", "-C", str(common.ROOT), "worktree", "add", "--detach", "-q", str(folder), rev], check=True)
+    (folder / ".dev-cluster").symlink_to(common.ROOT / ".dev-cluster")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["git", "-C", str(common.ROOT), "worktree", "remove", "--force", str(folder)], check=False)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--tasks", type=int, default=1000)
+    parser.add_argument("--against", metavar="REV", help="also time a checkout of REV, interleaved (ratio this/REV)")
     args = parser.parse_args()
     print(common.load_note())
+    with checkout(args.against) as other:
+        run(args, [("this", common.ROOT)] + ([(args.against, other)] if other else []))
+
+
+def run(args: argparse.Namespace, trees: list[tuple[str, Path]]) -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-submitter-"))
     sweep = work / "array.yaml"
     seeds = ", ".join(str(i) for i in range(args.tasks))
     sweep.write_text(f"extends: digits\nname: array{args.tasks}\nepochs: 1\nsweep:\n  grid:\n    seed: [{seeds}]\n")
-    env = {**os.environ, "PYTHONPATH": str(common.ROOT)}
-    submit = [sys.executable, common.SUBMIT]
     rows: list[list[object]] = []
 
-    def measure(label: str, cmd: list[str], extra_env: dict[str, str] | None = None) -> float:
-        times = []
-        for _ in range(args.repeat):
-            seconds, proc = timed(cmd, {**env, **(extra_env or {})}, work)
-            if proc.returncode != 0:
-                raise RuntimeError(f"{label}: {proc.stderr[-2000:]}")
-            times.append(seconds)
-        rows.append([label, statistics.median(times), min(times)])
-        return statistics.median(times)
+    def command(root: Path, argv: list[str]) -> tuple[list[str], dict[str, str]]:
+        return [sys.executable, str(root / "submit.py"), *argv], {**os.environ, "PYTHONPATH": str(root)}
 
-    measure("python -c pass (interpreter start, for scale)", [sys.executable, "-c", "pass"])
-    measure("submit.py --help", [*submit, "--help"])
-    dry = measure("submit.py --dry-run (local profile, digits)", [*submit, "--dry-run"])
+    def measure(label: str, argv: list[str] | None, extra_env: dict[str, str] | None = None) -> float:
+        """Median seconds of this tree's runs; `argv` None: `python -c pass`, for scale."""
+        times: dict[str, list[float]] = {name: [] for name, _ in trees}
+        for _ in range(args.repeat):
+            for name, root in trees:  # interleaved, so drift in the machine's speed hits both alike
+                cmd, env = command(root, argv) if argv is not None else ([sys.executable, "-c", "pass"], dict(os.environ))
+                seconds, proc = timed(cmd, {**env, **(extra_env or {})}, work)
+                if proc.returncode != 0:
+                    raise RuntimeError(f"{label} ({name}): {proc.stderr[-2000:]}")
+                times[name].append(seconds)
+        mine = statistics.median(times["this"])
+        row: list[object] = [label, mine, min(times["this"])]
+        if len(trees) > 1:
+            theirs = statistics.median(times[trees[1][0]])
+            row += [theirs, mine / theirs]
+        rows.append(row)
+        return mine
+
+    measure("python -c pass (interpreter start, for scale)", None)
+    measure("submit.py --help", ["--help"])
+    dry = measure("submit.py --dry-run (local profile, digits)", ["--dry-run"])
     slurm = cluster_env()
     submit_s = None
     if slurm is None:
         print("NOTE: the dev cluster is not up (python -m launcher.devcluster status): SLURM rows skipped")
     else:
-        measure("submit.py --profile dev-cluster --dry-run", [*submit, "--profile", "dev-cluster", "--dry-run"],
-                slurm)
+        measure("submit.py --profile dev-cluster --dry-run", ["--profile", "dev-cluster", "--dry-run"], slurm)
         dry_array = measure(f"submit.py --profile dev-cluster --job <{args.tasks}-task sweep> --dry-run",
-                            [*submit, "--profile", "dev-cluster", "--job", str(sweep), "--dry-run"], slurm)
-        # The real thing, once: one sbatch for the whole array, cancelled right away.
-        seconds, proc = timed([*submit, "--profile", "dev-cluster", "--job", str(sweep), "--json"],
-                              {**env, **slurm}, work)
-        if proc.returncode != 0:
-            raise RuntimeError(proc.stderr[-2000:])
-        job_id = json.loads(proc.stdout.strip().splitlines()[-1])["job_id"]
-        subprocess.run(["scancel", job_id], env={**env, **slurm}, check=False)
-        rows.append([f"submit.py --profile dev-cluster --job <{args.tasks}-task sweep> (sbatch, then scancel)",
-                     seconds, seconds])
-        submit_s = seconds - dry_array
+                            ["--profile", "dev-cluster", "--job", str(sweep), "--dry-run"], slurm)
+        # The real thing, once per tree: one sbatch for the whole array, cancelled right away.
+        real = []
+        for name, root in trees:
+            cmd, env = command(root, ["--profile", "dev-cluster", "--job", str(sweep), "--json"])
+            seconds, proc = timed(cmd, {**env, **slurm}, work)
+            if proc.returncode != 0:
+                raise RuntimeError(f"{name}: {proc.stderr[-2000:]}")
+            job_id = json.loads(proc.stdout.strip().splitlines()[-1])["job_id"]
+            subprocess.run(["scancel", job_id], env={**env, **slurm}, check=False)
+            real.append(seconds)
+        row: list[object] = [f"submit.py --profile dev-cluster --job <{args.tasks}-task sweep> (sbatch, then scancel)",
+                             real[0], real[0]]
+        if len(trees) > 1:
+            row += [real[1], real[0] / real[1]]
+        rows.append(row)
+        submit_s = real[0] - dry_array
+    headers = ["command", "median s", "fastest s"]
+    if len(trees) > 1:
+        headers += [f"{trees[1][0]} median s", f"this/{trees[1][0]}"]
     print(f"\nWall time of fresh `python submit.py ...` processes ({args.repeat} runs each; seconds):\n")
-    print(common.table(["command", "median s", "fastest s"], rows))
+    print(common.table(headers, rows))
     print(f"\ngoal: dry run < 0.5 s -> {dry:.3f} s")
     if submit_s is not None:
         print(f"goal: {args.tasks}-task submission < its dry run + 1 s -> dry run + {submit_s:.3f} s")
