@@ -1,8 +1,8 @@
 """What rank 0 shows and keeps of a run: log lines, metrics.jsonl, events.jsonl, TensorBoard files
 and the progress bar. On the other ranks every method does nothing, so callers need not ask.
 
-tqdm and TensorBoard are imported only when the job asks for them: TensorBoard's import costs a
-second or more per rank, and batch jobs never show a bar.
+TensorBoard (torch.utils.tensorboard) is imported only when the job asks for it: its import costs a
+second or more per rank.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+
+from tqdm import tqdm
 
 from trainer import events
 from trainer.distenv import DistEnv
@@ -63,8 +65,6 @@ class Reporter:
         """The steps of one epoch (`done` of `total` already done: a resumed epoch)."""
         bar = None
         if self.progress_bar and self.main:
-            from tqdm import tqdm  # only on a terminal
-
             bar = tqdm(total=total, initial=done, desc=f"epoch {epoch + 1}", unit="step", leave=False,
                        file=sys.stderr)
         return Progress(self, bar)
