@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional
 
+from trainer import filepaths
 from trainer.schema import build, find_named_file, load_with_extends, require
 
 MODELS = ("lenet", "mlp", "resnet-small")
@@ -144,6 +145,14 @@ def find_job_file(name: str, relative_to: Path | None = None) -> Path:
     return find_named_file("job", JOBS_DIR, name, relative_to)
 
 
+# Keys holding paths: relative ones are read from the job file's folder (trainer/filepaths.py).
+JOB_PATH_KEYS = ("data_dir",)
+
+
+def prepare_job_file(data: dict[str, Any], path: Path) -> dict[str, Any]:
+    return filepaths.relative_to(data, JOB_PATH_KEYS, path.parent)
+
+
 def job_from_mapping(data: dict[str, Any], source: str) -> JobConfig:
     return build(JobConfig, data, source)
 
@@ -151,6 +160,6 @@ def job_from_mapping(data: dict[str, Any], source: str) -> JobConfig:
 def load_job(name: str) -> JobConfig:
     """Load a job file (following `extends:`) for `python -m trainer`; the submitter adds --set on top."""
     path = find_job_file(name)
-    merged, source = load_with_extends(path, lambda parent, rel: find_job_file(parent, rel))
+    merged, source = load_with_extends(path, lambda parent, rel: find_job_file(parent, rel), prepare_job_file)
     merged.pop("sweep", None)  # a sweep file's base job trains as itself
     return job_from_mapping(merged, source)
