@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-from trainer import filepaths
-from trainer.schema import build, find_named_file, load_with_extends, require
+from trainer import filepaths, lookup
+from trainer.schema import build, load_with_extends, require
 
 MODELS = ("lenet", "mlp", "resnet-small")
 DATASETS = ("digits", "cifar10", "synthetic-cifar10")
@@ -137,12 +137,13 @@ class RunSettings:
     progress_bar: bool = False
 
 
-JOBS_DIR = Path(__file__).resolve().parent.parent / "jobs"
+# The shipped jobs: package data of an installed copy, or the checkout's jobs/.
+JOBS_DIR = lookup.shipped_dir(Path(__file__).resolve().parent, "jobs")
 
 
 def find_job_file(name: str, relative_to: Path | None = None) -> Path:
-    """A job by NAME (jobs/NAME.yaml) or by path."""
-    return find_named_file("job", JOBS_DIR, name, relative_to)
+    """A job by path or NAME (./jobs, the user folder, the shipped jobs: trainer/lookup.py)."""
+    return lookup.find("job", "jobs", JOBS_DIR, name, relative_to)
 
 
 # Keys holding paths: relative ones are read from the job file's folder (trainer/filepaths.py).

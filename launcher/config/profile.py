@@ -12,10 +12,12 @@ from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
 from launcher.config import units
-from trainer.schema import ConfigError, bad_value_error, find_named_file, require
+from trainer import lookup
+from trainer.schema import ConfigError, bad_value_error, require
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-PROFILES_DIR = PROJECT_ROOT / "cluster_profiles"
+# The shipped profiles: package data of an installed copy, or the checkout's cluster_profiles/.
+PROFILES_DIR = lookup.shipped_dir(PROJECT_ROOT / "launcher", "cluster_profiles")
 DEFAULT_PROFILE = "local"
 SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "URG")
 _TIME_UNITS = re.compile(r"^[A-Za-z0-9_.,:+=@/ -]*$")
@@ -160,8 +162,9 @@ PATH_KEYS = ("data_dir", "runs_dir", "slurm_conf")
 
 
 def find_profile_file(name: str, relative_to: Path | None = None) -> Path:
-    """A profile by NAME (cluster_profiles/NAME.yaml) or by path."""
-    return find_named_file("profile", PROFILES_DIR, name, relative_to)
+    """A profile by path or NAME (./cluster_profiles, the user folder, the shipped profiles:
+    trainer/lookup.py)."""
+    return lookup.find("profile", "cluster_profiles", PROFILES_DIR, name, relative_to)
 
 
 def project_path(value: str) -> Path:
