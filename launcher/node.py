@@ -106,7 +106,9 @@ class TrainTask(Checkpointable):
             self.announce(settings)
             from trainer.train import run  # torch: only after the stop handlers are in place (above)
 
-            return run(self.job, settings, on_stop=requeue, stops=stops)
+            result = run(self.job, settings, on_stop=requeue, stops=stops)
+            # Which interpreter ran (the profile's `python`, or a container's): shown by --json.
+            return {**result, "python": sys.executable} if isinstance(result, dict) else result
         except StopRequested as stop:
             self.exit_after_stop(stop)
             raise  # not reached: exit_after_stop always raises
@@ -166,6 +168,7 @@ def probe_task() -> dict[str, Any]:
         "node": os.environ.get("SLURMD_NODENAME", socket.gethostname()),
         "master_addr": where.master_addr, "master_port": where.master_port,
         "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "python": sys.executable,
     }
     for name in GPU_VARIABLES + OTHER_VARIABLES:
         report[name] = os.environ.get(name)

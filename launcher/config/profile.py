@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
 from launcher.config import units
-from trainer import lookup
+from trainer import filepaths, lookup
 from trainer.schema import ConfigError, bad_value_error, require
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -42,9 +42,21 @@ class Profile:
     account: str = ""
     qos: str = ""
     constraint: str = ""
-    # Commands run on the node before the tasks start (e.g. "module load cuda/12.4"). Each line is
-    # one simple command: its words are re-quoted, so ; | $( ) and backticks stay literal.
+    # Shell lines run in the batch script before the tasks start, as written by the profile's author
+    # (e.g. "module load cuda/12.4", 'eval "$(conda shell.bash hook)"', "conda activate train").
     setup: list[str] = field(default_factory=list)
+    # The Python the tasks run: "" this submitter's interpreter (the active venv or conda env: the
+    # same path must exist on the nodes); a path (relative: from this file); or a command name looked
+    # up on the node's PATH after the setup lines (e.g. python3 after `conda activate`).
+    python: str = ""
+    # A container the tasks run in ("": none): an image file (.sif, .sqsh; relative: from this file)
+    # or a registry reference (docker://..., nvcr.io/nvidia/pytorch:24.01-py3 for pyxis).
+    container: str = ""
+    # apptainer/singularity: `srun ... apptainer exec --bind ... IMAGE PYTHON`; pyxis: `srun
+    # --container-image=IMAGE --container-mounts=...`.
+    container_runtime: Literal["apptainer", "singularity", "pyxis"] = "apptainer"
+    # Folders to bind into the container, SRC[:DST[:ro]]; the run folder and the code are always bound.
+    container_binds: list[str] = field(default_factory=list)
     # Environment variables exported to every task (values are quoted in the script).
     env: dict[str, str] = field(default_factory=dict)
     # The signal SLURM sends `signal_delay_s` seconds before the time limit (and on preemption).
@@ -102,6 +114,15 @@ class Profile:
         for key in self.sbatch_extra:
             require(re.fullmatch(r"[a-z][a-z0-9-]*", key) is not None, f"sbatch_extra.{key}", key,
                     "an sbatch long option name such as 'mail-type'")
+        for key, value in [("python", self.python), ("container", self.container),
+                           *((f"container_binds[{i}]", b) for i, b in enumerate(self.container_binds))]:
+            require(re.search(r"[\x00-\x1f\x7f]", value) is None, key, value, "single-line text")
+        for i, bind in enumerate(self.container_binds):
+            require(bind != "" and "," not in bind, f"container_binds[{i}]", bind, "SRC[:DST[:ro]] without commas")
+        require(not (self.python or self.container) or self.executor != "debug", "python", self.python,
+                "empty for the debug executor (it runs in this process)")
+        require(not self.container or self.executor == "slurm", "container", self.container,
+                "empty unless executor is slurm (containers start through srun)")
         for key in ("partition", "account", "qos"):
             value = getattr(self, key)
             require(re.fullmatch(r"[A-Za-z0-9_.-]*", value) is not None, key, value,
@@ -159,6 +180,28 @@ def renamed_keys(data: dict[str, Any], source: str, scope: str = "") -> dict[str
 
 # Keys holding paths: relative ones are read from the profile file's folder (trainer/filepaths.py).
 PATH_KEYS = ("data_dir", "runs_dir", "slurm_conf")
+
+
+def paths_relative_to(data: dict[str, Any], base: Path) -> dict[str, Any]:
+    """`data` with its relative paths read from `base` (trainer/filepaths.py): PATH_KEYS; `python`
+    when it is a path (has a '/'; a bare name is a command on the node's PATH); `container` when it
+    is an image file, not a registry reference; each bind's SRC."""
+    out = filepaths.relative_to(data, PATH_KEYS, base)
+    python, image = out.get("python"), out.get("container")
+    if isinstance(python, str) and "/" in python:
+        out["python"] = filepaths.absolute(python, base)
+    if isinstance(image, str) and "://" not in image and (image.endswith(IMAGE_FILES) or image.startswith(
+            ("./", "../", "~"))):
+        out["container"] = filepaths.absolute(image, base)
+    binds = out.get("container_binds")
+    if isinstance(binds, list):
+        out["container_binds"] = [
+            ":".join([filepaths.absolute(b.split(":")[0], base), *b.split(":")[1:]]) if isinstance(b, str) and b
+            else b for b in binds]
+    return out
+
+
+IMAGE_FILES = (".sif", ".simg", ".sqsh", ".squashfs", ".img")
 
 
 def find_profile_file(name: str, relative_to: Path | None = None) -> Path:

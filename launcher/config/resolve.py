@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from launcher.config.profile import PATH_KEYS, Profile, find_profile_file, renamed_keys
+from launcher.config.profile import Profile, find_profile_file, paths_relative_to, renamed_keys
 from trainer import filepaths, yamlio
 from trainer.config import JOB_PATH_KEYS, JobConfig, find_job_file, prepare_job_file
 from trainer.schema import ConfigError, build, field_names, load_with_extends, unknown_key_error
@@ -54,7 +54,7 @@ def parse_overrides(items: list[str]) -> dict[str, dict[str, Any]]:
             value = yamlio.scalar(raw)
         except yamlio.YamlError as err:
             raise ConfigError(f"--set {item}: value {raw!r} is not a valid YAML scalar ({err})") from None
-        if isinstance(value, (dict, list)) and name not in ("setup", "env", "sbatch_extra", "extra"):
+        if isinstance(value, (dict, list)) and name not in ("setup", "env", "sbatch_extra", "extra", "container_binds"):
             raise ConfigError(f"--set {item}: value must be a single scalar, got {type(value).__name__}")
         _set_dotted(out[scope], name, value)
     return out
@@ -94,14 +94,14 @@ def load_profile(name: str, overrides: dict[str, Any] | None = None) -> tuple[Pr
 def profile_overrides(overrides: dict[str, Any]) -> dict[str, Any]:
     """`--set profile.*` as keys of today's Profile: former names read as today's, paths relative to
     the current directory (trainer/filepaths.py); unknown keys refused."""
-    out = filepaths.relative_to(renamed_keys(overrides, "--set", "profile."), PATH_KEYS, Path.cwd())
+    out = paths_relative_to(renamed_keys(overrides, "--set", "profile."), Path.cwd())
     _check_keys(out, Profile, "profile")
     return out
 
 
 def prepare_profile_file(data: dict[str, Any], path: Path) -> dict[str, Any]:
     """One profile file's own keys: former names read as today's, paths relative to the file."""
-    return filepaths.relative_to(renamed_keys(data, str(path)), PATH_KEYS, path.parent)
+    return paths_relative_to(renamed_keys(data, str(path)), path.parent)
 
 
 def resolve(profile_name: str, job_name: str, sets: list[str]) -> Resolved:

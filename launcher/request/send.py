@@ -65,12 +65,12 @@ def make_executor(sub: Submission, script_only: bool = False) -> Any:
     if sub.executor == "debug":
         executor: Any = submitit.DebugExecutor(folder)
     elif sub.executor == "local":
-        executor = submitit.LocalExecutor(folder, max_num_timeout=sub.max_num_timeout)
+        executor = submitit.LocalExecutor(folder, max_num_timeout=sub.max_num_timeout, python=sub.python)
     else:
         # The signal name is read by submitit both when writing --signal and on the node.
         submitit_private.set_requeue_signal(sub.profile.signal)
         cls = _script_only_slurm_executor() if script_only else submitit.SlurmExecutor
-        executor = cls(folder, max_num_timeout=sub.max_num_timeout)
+        executor = cls(folder, max_num_timeout=sub.max_num_timeout, python=sub.python)
     executor.update_parameters(**sub.parameters)
     return executor
 
