@@ -126,7 +126,8 @@ class TrainTask(Checkpointable):
         banner = (f"===== [submit.py] attempt started {stamp}: job {env.job_id or '-'}{slurm}, "
                   f"rank {env.rank}/{env.world_size} on {host}, pid {os.getpid()} =====")
         print(banner, flush=True)
-        print(banner, file=sys.stderr, flush=True)
+        if not _same_terminal():  # each log file gets it; one terminal (debug executor) once
+            print(banner, file=sys.stderr, flush=True)
         if env.is_main:
             events.append(settings.run_dir, "started", job_id=env.job_id, slurm_restart_count=int(restart),
                           executor=os.environ.get("SUBMITIT_EXECUTOR", ""), host=host,
@@ -151,6 +152,14 @@ class TrainTask(Checkpointable):
             f"stopped at step {step} on SIG{name} ({info.get('reason', 'stop signal')}) and not requeued: {why}. "
             f"The checkpoint of step {step} is in {task_dir / 'checkpoints'}; "
             f"continue with: python submit.py --resume {self.run_root}") from None
+
+
+def _same_terminal() -> bool:
+    try:
+        out, err = os.fstat(sys.stdout.fileno()), os.fstat(sys.stderr.fileno())
+    except (OSError, ValueError, AttributeError):
+        return False
+    return sys.stdout.isatty() and (out.st_dev, out.st_ino) == (err.st_dev, err.st_ino)
 
 
 # What SLURM tells a task about its GPUs (which variables are set depends on the cluster's gres.conf:

@@ -440,8 +440,9 @@ class Trainer:
             return
         with open(self.run_dir / "metrics.jsonl", "a", encoding="utf-8") as fh:
             fh.write(json.dumps(metrics) + "\n")
-        shown = ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
-                          for k, v in metrics.items() if k != "time")
+        # One line per epoch that fits a terminal: 4 significant digits, no count of test images.
+        shown = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+                          for k, v in metrics.items() if k not in ("time", "test_count"))
         self.log(shown)
         if self.job.tensorboard:
             self._tensorboard(metrics)

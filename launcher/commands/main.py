@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
-from launcher.commands import catalog, operate, probe, resume, submit
+from launcher.commands import catalog, operate, probe, relay, resume, submit
 from launcher.commands.console import EXIT_BAD_INPUT, EXIT_FAILED, ArgumentParser
 from launcher.request.send import PartiallySubmitted
 from trainer.schema import ConfigError
@@ -43,6 +43,8 @@ def submit_parser() -> ArgumentParser:
     parser.add_argument("--after", metavar="RUN", help="start only after RUN finished successfully (SLURM)")
     parser.add_argument("--resume", metavar="RUN", help="resubmit the tasks of RUN that did not complete")
     parser.add_argument("--runs-dir", help="with --resume: where runs are (default: the profile's runs_dir)")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="also show submitit's own INFO lines (pickles, job environments)")
     return parser
 
 
@@ -52,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         if argv and argv[0] in COMMANDS:
             return COMMANDS[argv[0]](argv[1:])
         args = submit_parser().parse_args(argv)
+        relay.VERBOSE = args.verbose
         return resume.resume(args, argv) if args.resume else submit.submit(args, argv)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
