@@ -107,8 +107,9 @@ class TrainTask(Checkpointable):
             from trainer.train import run  # torch: only after the stop handlers are in place (above)
 
             result = run(self.job, settings, on_stop=requeue, stops=stops)
-            # Which interpreter ran (the profile's `python`, or a container's): shown by --json.
-            return {**result, "python": sys.executable} if isinstance(result, dict) else result
+            # Which interpreter and which code ran (the profile's `python`; the run's code snapshot).
+            code = str(Path(__file__).resolve().parents[1])
+            return {**result, "python": sys.executable, "code": code} if isinstance(result, dict) else result
         except StopRequested as stop:
             self.exit_after_stop(stop)
             raise  # not reached: exit_after_stop always raises

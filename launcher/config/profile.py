@@ -57,6 +57,9 @@ class Profile:
     container_runtime: Literal["apptainer", "singularity", "pyxis"] = "apptainer"
     # Folders to bind into the container, SRC[:DST[:ro]]; the run folder and the code are always bound.
     container_binds: list[str] = field(default_factory=list)
+    # Copy the code the tasks import into the run folder at submission (RUN/code, launcher/rundir/
+    # snapshot.py), so edits made while the job waits, and requeues or --resume, run the submitted code.
+    snapshot: bool = True
     # Environment variables exported to every task (values are quoted in the script).
     env: dict[str, str] = field(default_factory=dict)
     # The signal SLURM sends `signal_delay_s` seconds before the time limit (and on preemption).
