@@ -192,12 +192,12 @@ def main() -> None:
     todo = [s for s in SCENARIOS if s not in args.skip]
     if "preemption" in todo:  # 30-minute limit: submitit calls an early signal a preemption
         rows.append(signal_scenario("preemption (scancel --signal=USR2)", env, ["scancel", "--signal=USR2"],
-                                    ["profile.time_min=30"]))
+                                    ["profile.time=30"]))
     if "scontrol" in todo:
         rows.append(signal_scenario("scontrol requeue (SIGTERM)", env, ["scontrol", "requeue"], []))
     if "time-limit" in todo:
         rows.append(signal_scenario("time limit (1 min, USR2@45) [from checkpoint]", env, None,
-                                    ["profile.time_min=1", "profile.signal_delay_s=45", "epochs=40"]))
+                                    ["profile.time=1", "profile.signal_delay_s=45", "epochs=40"]))
     if "rank-killed" in todo:
         rows.append(dead_rank_scenario(f"rank 1 killed (kill -9), ckpt every {args.checkpoint_every}", env,
                                        args.checkpoint_every))

@@ -106,7 +106,10 @@ class TrainTask(Checkpointable):
             self.announce(settings)
             from trainer.train import run  # torch: only after the stop handlers are in place (above)
 
-            return run(self.job, settings, on_stop=requeue, stops=stops)
+            result = run(self.job, settings, on_stop=requeue, stops=stops)
+            # Which interpreter and which code ran (the profile's `python`; the run's code snapshot).
+            code = str(Path(__file__).resolve().parents[1])
+            return {**result, "python": sys.executable, "code": code} if isinstance(result, dict) else result
         except StopRequested as stop:
             self.exit_after_stop(stop)
             raise  # not reached: exit_after_stop always raises
@@ -124,7 +127,8 @@ class TrainTask(Checkpointable):
         banner = (f"===== [submit.py] attempt started {stamp}: job {env.job_id or '-'}{slurm}, "
                   f"rank {env.rank}/{env.world_size} on {host}, pid {os.getpid()} =====")
         print(banner, flush=True)
-        print(banner, file=sys.stderr, flush=True)
+        if not _same_terminal():  # each log file gets it; one terminal (debug executor) once
+            print(banner, file=sys.stderr, flush=True)
         if env.is_main:
             events.append(settings.run_dir, "started", job_id=env.job_id, slurm_restart_count=int(restart),
                           executor=os.environ.get("SUBMITIT_EXECUTOR", ""), host=host,
@@ -151,6 +155,14 @@ class TrainTask(Checkpointable):
             f"continue with: python submit.py --resume {self.run_root}") from None
 
 
+def _same_terminal() -> bool:
+    try:
+        out, err = os.fstat(sys.stdout.fileno()), os.fstat(sys.stderr.fileno())
+    except (OSError, ValueError, AttributeError):
+        return False
+    return sys.stdout.isatty() and (out.st_dev, out.st_ino) == (err.st_dev, err.st_ino)
+
+
 # What SLURM tells a task about its GPUs (which variables are set depends on the cluster's gres.conf:
 # a count-only GRES sets SLURM_GPUS_ON_NODE but no device list).
 GPU_VARIABLES = ("CUDA_VISIBLE_DEVICES", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "SLURM_GPUS_ON_NODE")
@@ -166,6 +178,7 @@ def probe_task() -> dict[str, Any]:
         "node": os.environ.get("SLURMD_NODENAME", socket.gethostname()),
         "master_addr": where.master_addr, "master_port": where.master_port,
         "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "python": sys.executable,
     }
     for name in GPU_VARIABLES + OTHER_VARIABLES:
         report[name] = os.environ.get(name)

@@ -1,4 +1,5 @@
-"""`--dry-run` prints the exact sbatch script, and values from profiles and --set never execute.
+"""`--dry-run` prints the exact sbatch script; setup lines run as their author wrote them, and every
+other value from profiles and --set (job name, env values) never executes.
 
 The recorded script (tests/data/dev-cluster-dry-run.sbatch) pins what we hand to sbatch: resource
 lines, --requeue, the signal, exports before setup commands, srun's per-task logs and
@@ -20,7 +21,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORDED = ROOT / "tests" / "data" / "dev-cluster-dry-run.sbatch"
-MARKERS = [f"m{i}" for i in range(1, 8)]
+MARKERS = [f"m{i}" for i in range(1, 5)]
+# Setup lines are shell written by the profile's author and run as written: the conda hook's
+# `eval "$(...)"` pattern, a `;` list and a variable the exports set before them.
+SETUP = ["printenv NOTE", 'eval "$(echo export FROM_HOOK=hooked)"', 'echo "setup ran; $FROM_HOOK with $OMP_NUM_THREADS"']
 
 
 def hostile_sets(tmp: Path) -> list[str]:
@@ -28,9 +32,8 @@ def hostile_sets(tmp: Path) -> list[str]:
     m = {name: tmp / name for name in MARKERS}
     name = f"digits $(touch {m['m1']}); `touch {m['m2']}`"
     note = f"it''s $(touch {m['m3']}); `touch {m['m4']}` | cat"  # YAML '' is one quote
-    setup = ["printenv NOTE", f"echo setup; touch {m['m5']} $(touch {m['m6']}) `touch {m['m7']}`"]
     return ["--set", f"job.name={name}", "--set", f"profile.env.NOTE='{note}'",
-            "--set", f"profile.setup={json.dumps(setup)}", "--set", f"profile.runs_dir={tmp / 'runs'}"]
+            "--set", f"profile.setup={json.dumps(SETUP)}", "--set", f"profile.runs_dir={tmp / 'runs'}"]
 
 
 def literal_values(tmp: Path) -> dict[str, str]:
@@ -38,7 +41,7 @@ def literal_values(tmp: Path) -> dict[str, str]:
     return {
         "job_name": f"digits $(touch {m['m1']}); `touch {m['m2']}`",
         "note": f"it's $(touch {m['m3']}); `touch {m['m4']}` | cat",
-        "echo": f"setup; touch {m['m5']} $(touch {m['m6']}) `touch {m['m7']}`",
+        "echo": "setup ran; hooked with 1",
     }
 
 
@@ -92,8 +95,9 @@ def test_dry_run_without_slurm_still_shows_the_script(tmp_path: Path) -> None:
 
 
 def test_submitted_script_is_the_dry_run_script_and_nothing_executes(slurm_cluster: Path, tmp_path: Path) -> None:
-    """A real submission with metacharacters in the job name, an env value and setup lines: sbatch
-    got exactly the dry-run script, no marker file appears, and every value arrives literally."""
+    """A real submission with metacharacters in the job name and an env value, and setup lines in
+    the conda hook's style: sbatch got exactly the dry-run script, no marker file appears, the job
+    name and env value arrive literally, and the setup lines ran as written."""
     expected, _ = dry_run_script(tmp_path)
     proc = submit("--profile", "dev-cluster", "--job", "digits", *hostile_sets(tmp_path), "--set", "job.epochs=1",
                   "--wait", "--json")
@@ -121,11 +125,12 @@ def test_submitted_script_is_the_dry_run_script_and_nothing_executes(slurm_clust
 @pytest.mark.parametrize("sets,message", [
     (["job.name=two\nlines"], "job.name: 'two\\nlines' contains the control character '\\n'"),  # a real newline
     (["profile.sbatch_extra.comment=\"a\\nb\""], "profile.sbatch_extra.comment: 'a\\nb' contains the control"),
-    (["profile.setup=[\"echo 'unclosed\"]"], "profile.setup[0]: \"echo 'unclosed\" is not a command line"),
+    (["profile.setup=[\"echo 'unclosed\"]"], "profile.setup[0]: \"echo 'unclosed\" is not a valid bash line"),
+    (["profile.setup=[\"if true; then\"]"], "profile.setup[0]: 'if true; then' is not a valid bash line"),
 ])
 def test_values_that_cannot_be_quoted_safely_are_refused(tmp_path: Path, sets: list[str], message: str) -> None:
-    """A newline would end a #SBATCH line and start a shell command; an unbalanced quote cannot be
-    split into words. Both are bad input (exit 2), before anything else happens."""
+    """A newline would end a #SBATCH line and start a shell command; a setup line bash cannot parse
+    would fail in the job's log, minutes later. Both are bad input (exit 2), before anything else."""
     args = ["--profile", "dev-cluster", "--set", f"profile.runs_dir={tmp_path / 'runs'}"]
     for item in sets:
         args += ["--set", item]

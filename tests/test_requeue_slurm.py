@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
 JOB = "extends: digits\nname: digits-requeue\nepochs: 120\neval_every_epochs: 40\nlog_every_steps: 100000\n"
 # 30 minutes: submitit calls a signal in the first 20 minutes a preemption (later: a time-out), and
 # no requeue after a time-out is allowed, so the requeue below shows that preemptions are not capped.
-PROFILE = ["--profile", "dev-cluster", "--wait", "--set", "profile.time_min=30",
+PROFILE = ["--profile", "dev-cluster", "--wait", "--set", "profile.time=30",
            "--set", "profile.max_timeout_requeues=0", "--json"]
 
 
@@ -92,7 +92,7 @@ def test_time_limit_signal_requeues_then_the_time_out_cap_ends_the_job(tmp_path:
     # A 1-minute limit with the signal 45 s before it: SLURM signals each attempt 15-45 s after it
     # starts (it checks limits every 30 s). One requeue after a time-out is allowed, not two.
     (tmp_path / "job.yaml").write_text("extends: digits\nname: digits-long\nepochs: 5000\neval_every_epochs: 5000\n")
-    proc = run_submit(["--job", "job.yaml", "--profile", "dev-cluster", "--wait", "--set", "profile.time_min=1",
+    proc = run_submit(["--job", "job.yaml", "--profile", "dev-cluster", "--wait", "--set", "profile.time=1",
                        "--set", "profile.signal_delay_s=45", "--set", "profile.max_timeout_requeues=1", "--json"],
                       cwd=tmp_path, timeout=400)
     assert proc.returncode == 1, proc.stdout + proc.stderr

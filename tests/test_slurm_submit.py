@@ -187,11 +187,13 @@ def test_failing_rank_ends_the_whole_job(slurm_cluster: Path, tmp_path: Path) ->
 
 PREFLIGHT_CASES = [
     (["profile.partition=nope"], "profile.partition: 'nope' is not a partition of this cluster"),
-    (["profile.time_min=500"], "profile.time_min: 500 exceeds partition cpu's MaxTime of 120 min"),
+    (["profile.time=5:00:00"], "profile.time: 300 min exceeds partition cpu's MaxTime of 120 min"),
+    (["profile.time_min=500"], "profile.time: 500 min exceeds partition cpu's MaxTime of 120 min"),
     (["profile.nodes=9"], "profile.nodes: 9 exceeds the {cpu_nodes} node(s) of partition cpu"),
     (["profile.tasks_per_node=3", "profile.cpus_per_task=2"],
      "profile.tasks_per_node x profile.cpus_per_task: 3 x 2 = 6 CPUs per node exceeds the 4 CPUs"),
-    (["profile.mem_per_task_gb=5"], "profile.mem_per_task_gb: 5 GB x 1 task(s) = 5120 MB per node exceeds"),
+    (["profile.mem_per_task=5G"], "profile.mem_per_task: 5120 MB x 1 task(s) = 5120 MB per node exceeds"),
+    (["profile.mem_per_task_gb=5"], "profile.mem_per_task: 5120 MB x 1 task(s) = 5120 MB per node exceeds"),
     (["profile.gpus_per_node=1"], "profile.gpus_per_node: 1, but no node of partition cpu has GPUs"),
 ]
 

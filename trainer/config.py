@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-from trainer.schema import build, find_named_file, load_with_extends, require
+from trainer import filepaths, lookup
+from trainer.schema import build, load_with_extends, require
 
 MODELS = ("lenet", "mlp", "resnet-small")
 DATASETS = ("digits", "cifar10", "synthetic-cifar10")
@@ -136,12 +137,21 @@ class RunSettings:
     progress_bar: bool = False
 
 
-JOBS_DIR = Path(__file__).resolve().parent.parent / "jobs"
+# The shipped jobs: package data of an installed copy, or the checkout's jobs/.
+JOBS_DIR = lookup.shipped_dir(Path(__file__).resolve().parent, "jobs")
 
 
 def find_job_file(name: str, relative_to: Path | None = None) -> Path:
-    """A job by NAME (jobs/NAME.yaml) or by path."""
-    return find_named_file("job", JOBS_DIR, name, relative_to)
+    """A job by path or NAME (./jobs, the user folder, the shipped jobs: trainer/lookup.py)."""
+    return lookup.find("job", "jobs", JOBS_DIR, name, relative_to)
+
+
+# Keys holding paths: relative ones are read from the job file's folder (trainer/filepaths.py).
+JOB_PATH_KEYS = ("data_dir",)
+
+
+def prepare_job_file(data: dict[str, Any], path: Path) -> dict[str, Any]:
+    return filepaths.relative_to(data, JOB_PATH_KEYS, path.parent)
 
 
 def job_from_mapping(data: dict[str, Any], source: str) -> JobConfig:
@@ -151,6 +161,6 @@ def job_from_mapping(data: dict[str, Any], source: str) -> JobConfig:
 def load_job(name: str) -> JobConfig:
     """Load a job file (following `extends:`) for `python -m trainer`; the submitter adds --set on top."""
     path = find_job_file(name)
-    merged, source = load_with_extends(path, lambda parent, rel: find_job_file(parent, rel))
+    merged, source = load_with_extends(path, lambda parent, rel: find_job_file(parent, rel), prepare_job_file)
     merged.pop("sweep", None)  # a sweep file's base job trains as itself
     return job_from_mapping(merged, source)

@@ -44,8 +44,9 @@ class Reporter:
             return
         with open(self.run_dir / "metrics.jsonl", "a", encoding="utf-8") as fh:
             fh.write(json.dumps(metrics) + "\n")
-        self.log(", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
-                           for k, v in metrics.items() if k != "time"))
+        # One line per epoch that fits a terminal: 4 significant digits, no count of test images.
+        self.log(", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+                           for k, v in metrics.items() if k not in ("time", "test_count")))
         if self.tensorboard:
             self._scalars(metrics, step)
 

@@ -147,31 +147,36 @@ def require(condition: bool, key: str, value: Any, expected: str) -> None:
 
 
 def read_yaml(path: os.PathLike[str] | str) -> dict[str, Any]:
-    """Read one YAML mapping; malformed YAML or a non-mapping is a ConfigError naming the file."""
-    import yaml  # PyYAML: imported here so that `--help` does not pay for it
+    """Read one YAML mapping with the project's one loader (`trainer.yamlio`: YAML 1.2 scalars, so
+    `1e-3` is a number and `1:30:00` a string); malformed YAML, an empty file or a non-mapping is a
+    ConfigError naming the file."""
+    from trainer import yamlio  # PyYAML: imported here so that `--help` does not pay for it
 
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh)
+        with open(path, "rb") as fh:
+            data = yamlio.load_bytes(fh.read())
     except FileNotFoundError:
         raise ConfigError(f"{path}: file not found") from None
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise ConfigError(f"{path}: malformed YAML{where}: {problem}") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a folder, not a YAML file") from None
+    except yamlio.YamlError as err:
+        raise ConfigError(f"{path}: {err}") from None
     if data is None:
-        return {}
+        raise ConfigError(f"{path}: the file is empty; expected a mapping of keys to values "
+                          f"(e.g. 'extends: local' and the keys that differ)")
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of keys to values, got {type(data).__name__}")
     return data
 
 
-def load_with_extends(path: Path, find: typing.Callable[[str, Path], Path]) -> tuple[dict[str, Any], str]:
+def load_with_extends(path: Path, find: typing.Callable[[str, Path], Path],
+                      prepare: typing.Callable[[dict[str, Any], Path], dict[str, Any]] | None = None,
+                      ) -> tuple[dict[str, Any], str]:
     """Load `path`, merging in the files it `extends:` (recursively, the child wins, mappings merge).
 
     Returns the merged mapping and a description of its source chain for error messages.
-    `find(name, relative_to)` turns an `extends:` value into a path.
+    `find(name, relative_to)` turns an `extends:` value into a path. `prepare(data, file)` sees each
+    file's own mapping before the merge (relative paths are relative to the file that wrote them).
     """
     chain: list[Path] = []
     merged: dict[str, Any] = {}
@@ -183,6 +188,8 @@ def load_with_extends(path: Path, find: typing.Callable[[str, Path], Path]) -> t
         chain.append(current)
         data = read_yaml(current)
         parent = data.pop("extends", None)
+        if prepare is not None:
+            data = prepare(data, current)
         merged = deep_merge(data, merged)
         if parent is None:
             current = None

@@ -4,14 +4,25 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+# How the user started us: `submit.py` in the checkout, `ddp-submit` installed.
+PROGRAM = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "submit.py"
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse exits with 2 on bad arguments already; keep its message to one line."""
+    """argparse exits with 2 on bad arguments already; keep its message to one line.
+
+    Subcommands name themselves "submit.py CMD"; usage lines show the program as it was started."""
+
+    def __init__(self, *args: Any, prog: str | None = None, **kwargs: Any) -> None:
+        if prog is not None and prog.startswith("submit.py"):
+            prog = PROGRAM + prog[len("submit.py"):]
+        super().__init__(*args, prog=prog, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(EXIT_BAD_INPUT, f"error: {message} (see {self.prog} --help)\n")

@@ -2,7 +2,8 @@
 
     submit.py [--profile P] [--job J] [--set K=V ...] [--dry-run] [--json] [--wait] [--after RUN]
     submit.py --resume RUN [--set K=V ...] [--dry-run] [--json] [--wait]
-    submit.py status|logs|cancel|list|probe ...
+    submit.py status|logs|cancel|list|probe|list-profiles|list-jobs|show ...
+    (installed: the same as `ddp-submit ...`)
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import importlib
 import sys
 from collections.abc import Callable
 
+from launcher.commands import relay
 from launcher.commands.console import EXIT_BAD_INPUT, EXIT_FAILED, ArgumentParser
 from launcher.request.send import PartiallySubmitted
 from trainer.schema import ConfigError
@@ -20,7 +22,8 @@ from trainer.schema import ConfigError
 # operating commands, and `status` does not load the submit path. benchmarks/submitter.py measures it.
 COMMANDS = {
     "status": "operate:status", "logs": "operate:logs", "cancel": "operate:cancel", "list": "operate:list_runs",
-    "probe": "probe:main",
+    "probe": "probe:main", "list-profiles": "catalog:list_profiles", "list-jobs": "catalog:list_jobs",
+    "show": "catalog:show",
 }
 SUBMIT, RESUME = "submit:submit", "resume:resume"
 
@@ -32,14 +35,17 @@ def load(target: str) -> Callable[..., int]:
 
 def submit_parser() -> ArgumentParser:
     parser = ArgumentParser(
-        prog="submit.py",
+        # `ddp-submit` installed, `submit.py` in the checkout: argparse names the program as it was started.
         description="Run a training job on a cluster profile: locally with N processes, in-process for "
                     "debugging, or on SLURM (single runs and job-array sweeps).",
-        epilog="Other commands: submit.py status [RUN] | logs RUN | cancel RUN | list | probe  (each has --help).",
+        epilog="Other commands: status [RUN] | logs RUN | cancel RUN | list | probe | list-profiles | list-jobs | "
+               "show  (each has --help). Profiles and jobs are found by path, in ./cluster_profiles and ./jobs, "
+               "in the user folder ($DDP_SUBMIT_CONFIG_DIR, else $XDG_CONFIG_HOME/ddp-submit or "
+               "~/.config/ddp-submit), then among the shipped ones.",
     )
-    parser.add_argument("--profile", default="local", help="cluster profile: NAME in cluster_profiles/ or a path "
+    parser.add_argument("--profile", default="local", help="cluster profile: a path or a NAME (see list-profiles) "
                         "(default: local; with --resume: where to look for RUN by name)")
-    parser.add_argument("--job", default="digits", help="job or sweep: NAME in jobs/ or a path (default: digits)")
+    parser.add_argument("--job", default="digits", help="job or sweep: a path or a NAME (see list-jobs; default: digits)")
     parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                         help="override a field, e.g. job.epochs=3 or profile.tasks_per_node=4 (YAML scalar)")
     parser.add_argument("--dry-run", action="store_true", help="show what would be submitted; submit nothing")
@@ -48,6 +54,8 @@ def submit_parser() -> ArgumentParser:
     parser.add_argument("--after", metavar="RUN", help="start only after RUN finished successfully (SLURM)")
     parser.add_argument("--resume", metavar="RUN", help="resubmit the tasks of RUN that did not complete")
     parser.add_argument("--runs-dir", help="with --resume: where runs are (default: the profile's runs_dir)")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="also show submitit's own INFO lines (pickles, job environments)")
     return parser
 
 
@@ -57,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         if argv and argv[0] in COMMANDS:
             return load(COMMANDS[argv[0]])(argv[1:])
         args = submit_parser().parse_args(argv)
+        relay.VERBOSE = args.verbose
         return load(RESUME if args.resume else SUBMIT)(args, argv)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)

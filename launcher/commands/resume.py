@@ -3,7 +3,7 @@
 Only tasks that ended without completing (failed, cancelled, timed out, lost, never submitted) are
 queued again; tasks still pending or running are left alone, completed ones are never rerun. Each
 goes back into its own folder under the same run, so the trainer resumes from the task's newest
-good checkpoint. `--set` applies to the resubmitted tasks only (e.g. `--set profile.time_min=120`
+good checkpoint. `--set` applies to the resubmitted tasks only (e.g. `--set profile.time=2:00:00`
 after time-outs, or a fixed job key); the run's recorded profile and each task's recorded job are
 the starting point. RUN is a run folder, or its name under the profile's `runs_dir` (`--profile`,
 default local) or `--runs-dir`.
@@ -20,8 +20,8 @@ from launcher.cluster.jobids import base_id
 from launcher.commands.console import EXIT_OK, emit, relative
 from launcher.commands.submit import Plan, execute, plan_submission
 from launcher.commands.waiting import wait_for_sweep
-from launcher.config.profile import Profile
-from launcher.config.resolve import parse_overrides, runs_dir
+from launcher.config.profile import Profile, renamed_keys
+from launcher.config.resolve import parse_overrides, profile_overrides, runs_dir
 from launcher.request.submission import Point, Submission
 from launcher.rundir import layout, record
 from launcher.rundir.record import RunInfo
@@ -100,7 +100,9 @@ def resume(args: argparse.Namespace, argv: list[str]) -> int:
     info = record.load_run(record.find_run(args.resume, where))
     run_dir = info.run_dir
     source = f"{run_dir / layout.RUN_FILE} (profile, with --set)"
-    profile = build(Profile, {**info.profile, **overrides["profile"]}, source)
+    # A run recorded before `time`/`mem_per_task` had those names reads as well.
+    recorded = renamed_keys(info.profile, source)
+    profile = build(Profile, {**recorded, **profile_overrides(overrides["profile"])}, source)
     if args.wait:
         profile.wait = True
     states = task_states(info)

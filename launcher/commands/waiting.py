@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import sys
 import time
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.cluster.slurm import srun
+from launcher.commands import relay as relay_settings
 from launcher.commands.console import EXIT_FAILED, EXIT_OK, emit, relative
 from launcher.commands.relay import for_local_run as relay_logs
 from launcher.request.submission import Submission
@@ -117,6 +119,8 @@ def overrides_text(overrides: dict[str, Any]) -> str:
 
 def wait_for_run(sub: Submission, job: Any, as_json: bool) -> int:
     """Wait for a single run, write its result (or failure) into the run folder, and report it."""
+    if not relay_settings.VERBOSE:  # submitit's INFO lines (the debug executor runs the job in this process)
+        logging.getLogger("submitit").setLevel(logging.WARNING)
     print(f"running {sub.tasks[0].job.name} on {sub.executor} ({sub.profile.world_size} rank(s)), "
           f"run folder {relative(sub.run_dir)}", flush=True)
     relay = relay_logs(job) if sub.executor == "local" else None

@@ -9,12 +9,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Any, Literal, Optional, Union
 
-from trainer.schema import find_named_file, require
+from launcher.config import units
+from trainer import filepaths, lookup
+from trainer.schema import ConfigError, bad_value_error, require
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-PROFILES_DIR = PROJECT_ROOT / "cluster_profiles"
+# The shipped profiles: package data of an installed copy, or the checkout's cluster_profiles/.
+PROFILES_DIR = lookup.shipped_dir(PROJECT_ROOT / "launcher", "cluster_profiles")
 DEFAULT_PROFILE = "local"
 SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "URG")
 _TIME_UNITS = re.compile(r"^[A-Za-z0-9_.,:+=@/ -]*$")
@@ -29,16 +32,34 @@ class Profile:
     tasks_per_node: int = 1
     cpus_per_task: int = 1
     gpus_per_node: int = 0
-    # Memory per task in GB (SLURM gets tasks_per_node x this per node); null: the partition default.
-    mem_per_task_gb: Optional[float] = None
-    time_min: int = 60
+    # Memory per task in SLURM's spelling ("64G", "500M"; a bare number is MB); SLURM gets
+    # tasks_per_node x this per node. null: the partition default. (`mem_per_task_gb: 64` still reads.)
+    mem_per_task: Optional[Union[int, float, str]] = None
+    # The time limit in SLURM's formats: 90 (minutes), "1:30:00", "1-12", "2-00:00:00".
+    # (`time_min: 90`, the former name, still reads.)
+    time: Union[int, str] = 60
     partition: str = ""
     account: str = ""
     qos: str = ""
     constraint: str = ""
-    # Commands run on the node before the tasks start (e.g. "module load cuda/12.4"). Each line is
-    # one simple command: its words are re-quoted, so ; | $( ) and backticks stay literal.
+    # Shell lines run in the batch script before the tasks start, as written by the profile's author
+    # (e.g. "module load cuda/12.4", 'eval "$(conda shell.bash hook)"', "conda activate train").
     setup: list[str] = field(default_factory=list)
+    # The Python the tasks run: "" this submitter's interpreter (the active venv or conda env: the
+    # same path must exist on the nodes); a path (relative: from this file); or a command name looked
+    # up on the node's PATH after the setup lines (e.g. python3 after `conda activate`).
+    python: str = ""
+    # A container the tasks run in ("": none): an image file (.sif, .sqsh; relative: from this file)
+    # or a registry reference (docker://..., nvcr.io/nvidia/pytorch:24.01-py3 for pyxis).
+    container: str = ""
+    # apptainer/singularity: `srun ... apptainer exec --bind ... IMAGE PYTHON`; pyxis: `srun
+    # --container-image=IMAGE --container-mounts=...`.
+    container_runtime: Literal["apptainer", "singularity", "pyxis"] = "apptainer"
+    # Folders to bind into the container, SRC[:DST[:ro]]; the run folder and the code are always bound.
+    container_binds: list[str] = field(default_factory=list)
+    # Copy the code the tasks import into the run folder at submission (RUN/code, launcher/rundir/
+    # snapshot.py), so edits made while the job waits, and requeues or --resume, run the submitted code.
+    snapshot: bool = True
     # Environment variables exported to every task (values are quoted in the script).
     env: dict[str, str] = field(default_factory=dict)
     # The signal SLURM sends `signal_delay_s` seconds before the time limit (and on preemption).
@@ -56,7 +77,7 @@ class Profile:
     array_parallelism: int = 16
     # Split job arrays into pieces of at most this many tasks (null: the cluster's MaxArraySize).
     max_array_size: Optional[int] = None
-    # SLURM_CONF for the submitter's SLURM commands (relative paths: from the project root).
+    # SLURM_CONF for the submitter's SLURM commands and the job (a relative path: from the profile file).
     slurm_conf: str = ""
     # Extra `#SBATCH --key=value` lines for options the profile has no field for.
     sbatch_extra: dict[str, str] = field(default_factory=dict)
@@ -64,13 +85,19 @@ class Profile:
     collective_timeout_s: int = 45
 
     def __post_init__(self) -> None:
-        for key in ("nodes", "tasks_per_node", "cpus_per_task", "time_min", "array_parallelism",
+        for key, parse, formats in (("time", units.time_minutes, units.TIME_FORMATS),
+                                    ("mem_per_task", units.memory_mb, units.MEMORY_FORMATS)):
+            value = getattr(self, key)
+            try:
+                ok = value is None and key == "mem_per_task" or parse(value) > 0
+            except ValueError:
+                ok = False
+            require(ok, key, value, f"{'a SLURM time limit' if key == 'time' else 'memory'} > 0: {formats}")
+        for key in ("nodes", "tasks_per_node", "cpus_per_task", "array_parallelism",
                     "init_timeout_s", "collective_timeout_s"):
             require(getattr(self, key) > 0, key, getattr(self, key), "an integer > 0")
         for key in ("gpus_per_node", "signal_delay_s", "max_timeout_requeues", "checkpoint_every_steps"):
             require(getattr(self, key) >= 0, key, getattr(self, key), "an integer >= 0")
-        require(self.mem_per_task_gb is None or self.mem_per_task_gb > 0, "mem_per_task_gb",
-                self.mem_per_task_gb, "a number > 0 or null")
         require(self.max_array_size is None or self.max_array_size > 0, "max_array_size", self.max_array_size,
                 "an integer > 0 or null")
         require(self.signal_delay_s < self.time_min * 60, "signal_delay_s", self.signal_delay_s,
@@ -90,6 +117,15 @@ class Profile:
         for key in self.sbatch_extra:
             require(re.fullmatch(r"[a-z][a-z0-9-]*", key) is not None, f"sbatch_extra.{key}", key,
                     "an sbatch long option name such as 'mail-type'")
+        for key, value in [("python", self.python), ("container", self.container),
+                           *((f"container_binds[{i}]", b) for i, b in enumerate(self.container_binds))]:
+            require(re.search(r"[\x00-\x1f\x7f]", value) is None, key, value, "single-line text")
+        for i, bind in enumerate(self.container_binds):
+            require(bind != "" and "," not in bind, f"container_binds[{i}]", bind, "SRC[:DST[:ro]] without commas")
+        require(not (self.python or self.container) or self.executor != "debug", "python", self.python,
+                "empty for the debug executor (it runs in this process)")
+        require(not self.container or self.executor == "slurm", "container", self.container,
+                "empty unless executor is slurm (containers start through srun)")
         for key in ("partition", "account", "qos"):
             value = getattr(self, key)
             require(re.fullmatch(r"[A-Za-z0-9_.-]*", value) is not None, key, value,
@@ -109,18 +145,78 @@ class Profile:
         return slurm_conf_file(self.executor, self.slurm_conf)
 
     @property
+    def time_min(self) -> int:
+        """The time limit in whole minutes (what sbatch --time and the local executor get)."""
+        return units.time_minutes(self.time)
+
+    @property
+    def mem_per_task_mb(self) -> int:
+        return units.memory_mb(self.mem_per_task) if self.mem_per_task is not None else 0
+
+    @property
     def mem_per_node_mb(self) -> int:
         """What SLURM is asked for per node (0: the partition's default)."""
-        return int(self.mem_per_task_gb * 1024 * self.tasks_per_node) if self.mem_per_task_gb else 0
+        return self.mem_per_task_mb * self.tasks_per_node
+
+
+# Former key names that still read: each maps to its new key and turns the old value into the new one.
+RENAMED = {"time_min": ("time", lambda v: v),
+           "mem_per_task_gb": ("mem_per_task", lambda v: v if v is None else f"{v}G")}
+
+
+def renamed_keys(data: dict[str, Any], source: str, scope: str = "") -> dict[str, Any]:
+    """`data` with the former names (`time_min`, `mem_per_task_gb`) read as today's keys; one
+    mapping (one file, or the --set overrides) may not give both spellings."""
+    out = dict(data)
+    for old, (new, convert) in RENAMED.items():
+        if old not in out:
+            continue
+        if new in out:
+            raise ConfigError(f"{source}: both '{scope}{old}' and '{scope}{new}' are set; '{old}' is the former "
+                              f"name of '{new}': keep only '{new}'")
+        value = out.pop(old)
+        if old == "mem_per_task_gb" and (isinstance(value, bool) or not isinstance(value, (int, float, type(None)))):
+            raise bad_value_error(source, f"{scope}{old}", value, "a number of GB (or write mem_per_task: 64G)")
+        out[new] = convert(value)
+    return out
+
+
+# Keys holding paths: relative ones are read from the profile file's folder (trainer/filepaths.py).
+PATH_KEYS = ("data_dir", "runs_dir", "slurm_conf")
+
+
+def paths_relative_to(data: dict[str, Any], base: Path) -> dict[str, Any]:
+    """`data` with its relative paths read from `base` (trainer/filepaths.py): PATH_KEYS; `python`
+    when it is a path (has a '/'; a bare name is a command on the node's PATH); `container` when it
+    is an image file, not a registry reference; each bind's SRC."""
+    out = filepaths.relative_to(data, PATH_KEYS, base)
+    python, image = out.get("python"), out.get("container")
+    if isinstance(python, str) and "/" in python:
+        out["python"] = filepaths.absolute(python, base)
+    if isinstance(image, str) and "://" not in image and (image.endswith(IMAGE_FILES) or image.startswith(
+            ("./", "../", "~"))):
+        out["container"] = filepaths.absolute(image, base)
+    binds = out.get("container_binds")
+    if isinstance(binds, list):
+        out["container_binds"] = [
+            ":".join([filepaths.absolute(b.split(":")[0], base), *b.split(":")[1:]]) if isinstance(b, str) and b
+            else b for b in binds]
+    return out
+
+
+IMAGE_FILES = (".sif", ".simg", ".sqsh", ".squashfs", ".img")
 
 
 def find_profile_file(name: str, relative_to: Path | None = None) -> Path:
-    """A profile by NAME (cluster_profiles/NAME.yaml) or by path."""
-    return find_named_file("profile", PROFILES_DIR, name, relative_to)
+    """A profile by path or NAME (./cluster_profiles, the user folder, the shipped profiles:
+    trainer/lookup.py)."""
+    return lookup.find("profile", "cluster_profiles", PROFILES_DIR, name, relative_to)
 
 
 def project_path(value: str) -> Path:
-    """Relative paths in profiles (slurm_conf) are relative to the project root, so any cwd works."""
+    """A recorded slurm_conf (run.json): profiles read today record absolute paths; a relative one
+    comes from a run recorded before paths were read relative to their file, when they were
+    relative to the project root."""
     path = Path(value).expanduser()
     return path if path.is_absolute() else PROJECT_ROOT / path
 

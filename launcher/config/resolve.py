@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from launcher.config.profile import Profile, find_profile_file
-from trainer import yamlio
-from trainer.config import JobConfig, find_job_file
+from launcher.config.profile import Profile, find_profile_file, paths_relative_to, renamed_keys
+from trainer import filepaths, yamlio
+from trainer.config import JOB_PATH_KEYS, JobConfig, find_job_file, prepare_job_file
 from trainer.schema import ConfigError, build, field_names, load_with_extends, unknown_key_error
 
 SCOPES = ("job", "profile")
@@ -54,7 +54,7 @@ def parse_overrides(items: list[str]) -> dict[str, dict[str, Any]]:
             value = yamlio.scalar(raw)
         except yamlio.YamlError as err:
             raise ConfigError(f"--set {item}: value {raw!r} is not a valid YAML scalar ({err})") from None
-        if isinstance(value, (dict, list)) and name not in ("setup", "env", "sbatch_extra", "extra"):
+        if isinstance(value, (dict, list)) and name not in ("setup", "env", "sbatch_extra", "extra", "container_binds"):
             raise ConfigError(f"--set {item}: value must be a single scalar, got {type(value).__name__}")
         _set_dotted(out[scope], name, value)
     return out
@@ -82,25 +82,37 @@ def _described(source: str, overrides: dict[str, Any], scope: str) -> str:
 
 def load_profile(name: str, overrides: dict[str, Any] | None = None) -> tuple[Profile, str]:
     """The profile NAME (or path), `extends:` followed, with `--set profile.*` overrides; and its source."""
-    overrides = overrides or {}
-    _check_keys(overrides, Profile, "profile")
+    overrides = profile_overrides(overrides or {})
     path = find_profile_file(name)
-    data, source = load_with_extends(path, lambda p, rel: find_profile_file(p, rel))
+    data, source = load_with_extends(path, lambda p, rel: find_profile_file(p, rel), prepare_profile_file)
     data.setdefault("name", path.stem)
     data.update(overrides)
     source = _described(source, overrides, "profile")
     return build(Profile, data, source), source
 
 
+def profile_overrides(overrides: dict[str, Any]) -> dict[str, Any]:
+    """`--set profile.*` as keys of today's Profile: former names read as today's, paths relative to
+    the current directory (trainer/filepaths.py); unknown keys refused."""
+    out = paths_relative_to(renamed_keys(overrides, "--set", "profile."), Path.cwd())
+    _check_keys(out, Profile, "profile")
+    return out
+
+
+def prepare_profile_file(data: dict[str, Any], path: Path) -> dict[str, Any]:
+    """One profile file's own keys: former names read as today's, paths relative to the file."""
+    return paths_relative_to(renamed_keys(data, str(path)), path.parent)
+
+
 def resolve(profile_name: str, job_name: str, sets: list[str]) -> Resolved:
     overrides = parse_overrides(sets)
     profile, profile_source = load_profile(profile_name, overrides["profile"])
     job_path = find_job_file(job_name)
-    job_data, job_source = load_with_extends(job_path, lambda p, rel: find_job_file(p, rel))
+    job_data, job_source = load_with_extends(job_path, lambda p, rel: find_job_file(p, rel), prepare_job_file)
     sweep = job_data.pop("sweep", None)
     job_data.setdefault("name", job_path.stem)
     _check_keys(overrides["job"], JobConfig, "job")
-    job_data.update(overrides["job"])
+    job_data.update(filepaths.relative_to(overrides["job"], JOB_PATH_KEYS, Path.cwd()))
     job_source = _described(job_source, overrides["job"], "job")
     job = build(JobConfig, job_data, job_source)
     if sweep is not None and not isinstance(sweep, dict):

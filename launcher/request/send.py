@@ -18,6 +18,9 @@ from typing import Any
 from launcher.cluster.jobids import distinct_bases
 from launcher.cluster.slurm.env import slurm_env
 from launcher.request.submission import Submission
+from launcher.rundir import snapshot
+from launcher.rundir.layout import RUN_FILE
+from launcher.rundir.record import update_record
 from launcher.cluster.said import one_line
 from trainer.schema import ConfigError
 
@@ -35,19 +38,27 @@ class PartiallySubmitted(RuntimeError):
 
 
 @contextlib.contextmanager
-def submission_environment(slurm_conf: str) -> Iterator[None]:
+def submission_environment(slurm_conf: str, code_dir: Path | None = None) -> Iterator[None]:
     """Submit with a clean environment: a submitter running inside a job must not pass that job's
     SLURM_*/RANK/MASTER_* variables on (sbatch exports the caller's environment to the new job,
-    and the local executor copies it into its processes)."""
-    saved = dict(os.environ)
+    and the local executor copies it into its processes).
+
+    `code_dir`: the run's code snapshot (launcher/rundir/snapshot.py). The tasks import from it: it
+    is their PYTHONPATH and their working directory (sbatch and the local executor start jobs in the
+    submitter's current directory, and `python -m` puts that first on sys.path)."""
+    saved, cwd = dict(os.environ), os.getcwd()
     os.environ.clear()
     os.environ.update(slurm_env(slurm_conf, saved))
     # The task unpickles launcher.node.TrainTask wherever it runs: make the project importable there
     # even when the submitter was started from another folder and the project is not installed.
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), saved.get("PYTHONPATH", "")) if p)
+    code = str(code_dir or PROJECT_ROOT)
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (code, saved.get("PYTHONPATH", "")) if p)
     try:
+        if code_dir is not None:
+            os.chdir(code_dir)
         yield
     finally:
+        os.chdir(cwd)
         os.environ.clear()
         os.environ.update(saved)
 
@@ -65,12 +76,12 @@ def make_executor(sub: Submission, script_only: bool = False) -> Any:
     if sub.executor == "debug":
         executor: Any = submitit.DebugExecutor(folder)
     elif sub.executor == "local":
-        executor = submitit.LocalExecutor(folder, max_num_timeout=sub.max_num_timeout)
+        executor = submitit.LocalExecutor(folder, max_num_timeout=sub.max_num_timeout, python=sub.python)
     else:
         # The signal name is read by submitit both when writing --signal and on the node.
         submitit_private.set_requeue_signal(sub.profile.signal)
         cls = _script_only_slurm_executor() if script_only else submitit.SlurmExecutor
-        executor = cls(folder, max_num_timeout=sub.max_num_timeout)
+        executor = cls(folder, max_num_timeout=sub.max_num_timeout, python=sub.python)
     executor.update_parameters(**sub.parameters)
     return executor
 
@@ -132,8 +143,13 @@ def _queue(sub: Submission, calls: list[Callable[[], Any]], chunk_size: int | No
     # (SLURM only: the debug executor runs the task in this process, where pdb needs the terminal.)
     held = io.StringIO()
     holding = contextlib.redirect_stderr(held) if sub.executor == "slurm" else contextlib.nullcontext()
+    code_dir = None
+    if sub.profile.snapshot and sub.executor != "debug":  # debug runs in this process: its code is loaded
+        code_dir = snapshot.ensure(sub.run_dir)
+        if (sub.run_dir / RUN_FILE).is_file():
+            update_record(sub.run_dir, code=snapshot.read_note(sub.run_dir))
     try:
-        with submission_environment(sub.slurm_conf), holding:
+        with submission_environment(sub.slurm_conf, code_dir), holding:
             size = chunk_size or len(calls)
             for start in range(0, len(calls), size):
                 if len(calls) > 1:

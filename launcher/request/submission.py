@@ -6,6 +6,7 @@ only place that creates executors and queues work.
 
 from __future__ import annotations
 
+import shlex
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -48,6 +49,9 @@ class Submission:
     # SLURM_CONF for the submitter's SLURM commands and the job ("": SLURM's default).
     slurm_conf: str = ""
     after_job_ids: list[str] = field(default_factory=list)
+    # What srun (or the local executor) starts before `-u -m submitit.core._submit`: the profile's
+    # interpreter or container; None: submitit's default, this submitter's interpreter.
+    python: str | None = None
 
     @property
     def is_array(self) -> bool:
@@ -59,7 +63,7 @@ class Submission:
 
     @property
     def slurm_request(self) -> sbatch.SlurmRequest:
-        return slurm_request(self.profile, self.tasks[0].job.name, self.after_job_ids)
+        return slurm_request(self.profile, self.tasks[0].job.name, self.after_job_ids, self.run_dir)
 
     def describe(self) -> dict[str, Any]:
         """JSON-ready view for --dry-run and run.json."""
@@ -75,21 +79,32 @@ class Submission:
         }
 
 
-def slurm_request(profile: Profile, job_name: str, after: list[str] | None = None) -> sbatch.SlurmRequest:
+# The code the tasks import (on PYTHONPATH, launcher/request/send.py): bound into containers.
+CODE_ROOT = Path(__file__).resolve().parents[2]
+
+
+def slurm_request(profile: Profile, job_name: str, after: list[str] | None = None,
+                  run_dir: Path | None = None) -> sbatch.SlurmRequest:
     """What the profile asks SLURM for (also what the live preflight checks)."""
+    # A container sees the run folder (pickles, checkpoints, results) and the code as on the host.
+    binds = [*profile.container_binds, str(CODE_ROOT), *([str(run_dir)] if run_dir else [])] \
+        if profile.container else []
     return sbatch.SlurmRequest(
         job_name=job_name, nodes=profile.nodes, tasks_per_node=profile.tasks_per_node,
         cpus_per_task=profile.cpus_per_task, time_min=profile.time_min, gpus_per_node=profile.gpus_per_node,
         mem_per_node_mb=profile.mem_per_node_mb, partition=profile.partition, account=profile.account,
         qos=profile.qos, constraint=profile.constraint, signal=profile.signal, signal_delay_s=profile.signal_delay_s,
         array_parallelism=profile.array_parallelism, env=dict(profile.env), setup=list(profile.setup),
-        sbatch_extra=dict(profile.sbatch_extra), slurm_conf=profile.slurm_conf_file, after=list(after or []))
+        sbatch_extra=dict(profile.sbatch_extra), slurm_conf=profile.slurm_conf_file, after=list(after or []),
+        python=profile.python, container=profile.container, container_runtime=profile.container_runtime,
+        container_binds=binds)
 
 
-def executor_parameters(profile: Profile, job_name: str, after: list[str]) -> dict[str, Any]:
+def executor_parameters(profile: Profile, job_name: str, after: list[str], run_dir: Path | None = None,
+                        ) -> dict[str, Any]:
     """submitit parameters for the profile's executor (SLURM's names for slurm)."""
     if profile.executor == "slurm":
-        return sbatch.parameters(slurm_request(profile, job_name, after))
+        return sbatch.parameters(slurm_request(profile, job_name, after, run_dir))
     if profile.executor == "debug":
         return {"timeout_min": profile.time_min}
     return {"timeout_min": profile.time_min, "tasks_per_node": profile.tasks_per_node, "nodes": 1,
@@ -112,6 +127,10 @@ def build(profile: Profile, points: list[Point], run_dir: Path, is_sweep: bool,
     """The whole submission for `points` (one, or one per array task) under `run_dir`. Pure."""
     tasks = [TaskSpec(p.task, p.job, run_settings(profile, p.job, task_dir(run_dir, p.task, is_sweep)), p.overrides)
              for p in points]
-    params = executor_parameters(profile, points[0].job.name, after or [])
+    params = executor_parameters(profile, points[0].job.name, after or [], run_dir)
+    if profile.executor == "slurm":
+        python = sbatch.python_command(slurm_request(profile, points[0].job.name, after, run_dir))
+    else:  # the local executor starts the same command (containers need srun: refused in Profile)
+        python = shlex.quote(profile.python) if profile.python else None
     return Submission(profile.executor, run_dir, log_dir(run_dir), profile, tasks, params,
-                      profile.slurm_conf_file, list(after or []))
+                      profile.slurm_conf_file, list(after or []), python)

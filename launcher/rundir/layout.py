@@ -5,6 +5,7 @@
         tasks.json      a sweep's tasks: each one's overrides and full job (what --resume rebuilds)
         profile.yaml    the resolved profile
         job.yaml        the resolved job (batch size per rank and global)
+        code/           the code the tasks import, copied at submission (snapshot.py; SNAPSHOT.json)
         logs/<job id>/  submitit's logs, one stdout/stderr pair per task (rank), and result pickles
         metrics.jsonl   one line per epoch, written by rank 0
         events.jsonl    started/resumed/stopped/finished, written by rank 0 (restarts are read from it)

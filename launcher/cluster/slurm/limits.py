@@ -191,7 +191,7 @@ def check_request(profile: SlurmRequest, partitions: dict[str, Partition], sourc
         part = defaults[0]
     where = f"partition {part.name}"
     if part.max_time_min is not None and profile.time_min > part.max_time_min:
-        raise ConfigError(f"profile.time_min: {profile.time_min} exceeds {where}'s MaxTime of "
+        raise ConfigError(f"profile.time: {profile.time_min} min exceeds {where}'s MaxTime of "
                           f"{part.max_time_min} min ({source})")
     if not part.nodes:
         raise ConfigError(f"profile.partition: {where} has no nodes ({source})")
@@ -222,8 +222,7 @@ def check_request(profile: SlurmRequest, partitions: dict[str, Partition], sourc
     mem_mb = profile.mem_per_node_mb
     most_mem = max(n.memory_mb for n in part.nodes)
     if mem_mb > most_mem:
-        per_task_gb = mem_mb / 1024 / profile.tasks_per_node
-        raise ConfigError(f"profile.mem_per_task_gb: {per_task_gb:g} GB x {profile.tasks_per_node} "
+        raise ConfigError(f"profile.mem_per_task: {mem_mb // profile.tasks_per_node} MB x {profile.tasks_per_node} "
                           f"task(s) = {mem_mb} MB per node exceeds the {most_mem} MB of {where}'s largest node "
                           f"({source})")
     # Each check above passes on some node; the request needs `nodes` nodes that pass all of them.

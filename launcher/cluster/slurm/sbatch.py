@@ -1,15 +1,20 @@
 """What one sbatch asks for (`SlurmRequest`, in SLURM's terms) and the same in submitit's parameter
 names: pure data, no SLURM call. `launcher.request` builds the request from a profile.
 
-Every value that comes from a profile, a job or `--set` is quoted before it reaches the batch
-script, and values written into `#SBATCH --key=value` lines must stay on their line. Errors name the
-profile key the value came from.
+The profile's `setup` lines are shell lines written by the profile's author and run as written
+(`eval "$(conda shell.bash hook)"` works); they are only checked with `bash -n` so that a typo is an
+error at submission, not in the job's log. Every other value that comes from a profile, a job or
+`--set` (job names, env values, the interpreter, the container and its binds) is quoted before it
+reaches the batch script, and values written into `#SBATCH --key=value` lines must stay on their
+line. Errors name the profile key the value came from.
 """
 
 from __future__ import annotations
 
 import re
 import shlex
+import shutil
+import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,28 +47,56 @@ class SlurmRequest:
     sbatch_extra: dict[str, str] = field(default_factory=dict)
     slurm_conf: str = ""  # SLURM_CONF for the job's own SLURM calls (scontrol requeue)
     after: list[str] = field(default_factory=list)  # afterok dependencies
+    python: str = ""  # the interpreter on the nodes ("": the submitter's)
+    container: str = ""  # image ("": none)
+    container_runtime: str = "apptainer"  # apptainer, singularity or pyxis
+    container_binds: list[str] = field(default_factory=list)  # SRC[:DST[:ro]], the run folder and code included
 
 
-def quote_setup_line(line: str, key: str = "setup") -> str:
-    """A setup line as one simple command: words re-quoted so metacharacters never execute
-    (`echo a; touch x` runs echo with the words 'a;', 'touch' and 'x')."""
-    try:
-        return shlex.join(shlex.split(line))
-    except ValueError as err:  # unbalanced quotes
-        raise ConfigError(f"profile.{key}: {line!r} is not a command line ({err}); each setup line is "
-                          f"one command whose words are quoted before they reach the script") from None
+def check_setup_line(line: str, key: str = "setup") -> str:
+    """A setup line as written, once `bash -n` (parse, run nothing) accepts it; skipped where the
+    submitting machine has no bash (the nodes' shell still reports it)."""
+    bash = shutil.which("bash")
+    if bash is not None:
+        proc = subprocess.run([bash, "-n", "-c", line], capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            said = re.sub(r"^.*?-c: ", "", (proc.stderr.strip().splitlines() or ["syntax error"])[-1])
+            raise ConfigError(f"profile.{key}: {line!r} is not a valid bash line ({said}); setup lines run "
+                              f"as written in the batch script")
+    return line
 
 
 def setup_lines(req: SlurmRequest) -> list[str]:
     """The batch script's setup: exports first (setup commands may read them), then the profile's
-    commands. Every value is quoted: nothing from a profile or --set is interpreted by the shell."""
+    setup lines as written. Exported values are quoted: nothing from env is interpreted by the shell."""
     # OMP_NUM_THREADS: libraries that start thread pools before the trainer sets its thread count
     # (torch reads it at import) use the task's CPUs, not the whole node's.
     env = {**({"SLURM_CONF": req.slurm_conf} if req.slurm_conf else {}), "SUBMITIT_PREEMPT_SIGNAL": req.signal,
            "OMP_NUM_THREADS": str(req.cpus_per_task), **req.env}
     lines = [f"export {key}={shlex.quote(value)}" for key, value in env.items()]
-    lines += [quote_setup_line(line, f"setup[{i}]") for i, line in enumerate(req.setup)]
+    lines += [check_setup_line(line, f"setup[{i}]") for i, line in enumerate(req.setup)]
     return lines
+
+
+def python_command(req: SlurmRequest) -> str | None:
+    """What srun starts on each task, before `-u -m submitit.core._submit FOLDER` (quoted words;
+    None: submitit's default, the submitter's own interpreter). In an apptainer/singularity
+    container the interpreter is the image's `python3` unless the profile names one."""
+    if req.container and req.container_runtime in ("apptainer", "singularity"):
+        binds = [word for bind in req.container_binds for word in ("--bind", bind)]
+        gpus = ["--nv"] if req.gpus_per_node else []  # the host's NVIDIA driver inside the container
+        return shlex.join([req.container_runtime, "exec", *gpus, *binds, req.container, req.python or "python3"])
+    if req.container:  # pyxis: srun itself enters the container (container_srun_args)
+        return shlex.quote(req.python or "python3")
+    return shlex.quote(req.python) if req.python else None
+
+
+def container_srun_args(req: SlurmRequest) -> list[str]:
+    """pyxis's srun options (https://github.com/NVIDIA/pyxis): the image and the mounts (SRC:DST)."""
+    if not req.container or req.container_runtime != "pyxis":
+        return []
+    mounts = [bind if ":" in bind else f"{bind}:{bind}" for bind in req.container_binds]
+    return [f"--container-image={req.container}", *([f"--container-mounts={','.join(mounts)}"] if mounts else [])]
 
 
 def check_one_line(values: dict[str, str]) -> None:
@@ -84,7 +117,7 @@ def parameters(req: SlurmRequest) -> dict[str, Any]:
         "job_name": req.job_name, "time": req.time_min, "nodes": req.nodes,
         "ntasks_per_node": req.tasks_per_node, "cpus_per_task": req.cpus_per_task,
         "signal_delay_s": req.signal_delay_s, "setup": setup_lines(req),
-        "srun_args": list(SRUN_ARGS), "array_parallelism": req.array_parallelism,
+        "srun_args": [*SRUN_ARGS, *container_srun_args(req)], "array_parallelism": req.array_parallelism,
         "stderr_to_stdout": False, "additional_parameters": {"requeue": True, **req.sbatch_extra},
     }
     if req.gpus_per_node:

@@ -1,0 +1,70 @@
+"""`list-profiles`, `list-jobs` and `show`: what is found where, and which file a name resolves to.
+
+    ddp-submit list-profiles [--json]      every profile in lookup order (trainer/lookup.py)
+    ddp-submit list-jobs [--json]          the same for jobs
+    ddp-submit show [--profile P] [--job J] [--set K=V ...]   the files P and J resolve to
+
+Nothing here imports torch or submitit.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from launcher.commands.console import EXIT_OK, ArgumentParser
+from launcher.config.profile import PROFILES_DIR
+from launcher.config.resolve import resolve
+from trainer import lookup
+from trainer.config import JOBS_DIR
+
+KINDS = {"profiles": ("cluster_profiles", PROFILES_DIR), "jobs": ("jobs", JOBS_DIR)}
+
+
+def _listing(kind: str, argv: list[str]) -> int:
+    folder, shipped = KINDS[kind]
+    parser = ArgumentParser(prog=f"submit.py list-{kind}",
+                            description=f"List the {kind} a name can stand for, in lookup order (the first "
+                                        f"file of a name wins).")
+    parser.add_argument("--json", action="store_true", help="one JSON object per file")
+    args = parser.parse_args(argv)
+    rows = lookup.catalog(folder, shipped)
+    if args.json:
+        for place, name, path, used in rows:
+            print(json.dumps({"name": name, "file": str(path), "from": place.label, "used": used}))
+        return EXIT_OK
+    print(f"{kind}, looked up in this order (a path given explicitly comes first):")
+    for i, place in enumerate(lookup.places(folder, shipped), 1):
+        note = f"  (${lookup.CONFIG_DIR_VAR} moves it)" if place.label == "user folder" else ""
+        print(f"  {i}. {place.label + ':':<19} {place.folder}{'' if place.folder.is_dir() else '  (absent)'}{note}")
+    width = max([len(name) for _, name, _, _ in rows] + [4])
+    for place, name, path, used in rows:
+        hidden = "" if used else "  (hidden by the same name above)"
+        print(f"{name:<{width}}  {place.label:<17}  {path}{hidden}")
+    return EXIT_OK
+
+
+def list_profiles(argv: list[str]) -> int:
+    return _listing("profiles", argv)
+
+
+def list_jobs(argv: list[str]) -> int:
+    return _listing("jobs", argv)
+
+
+def show(argv: list[str]) -> int:
+    parser = ArgumentParser(prog="submit.py show",
+                            description="Which files a profile and a job resolve to (with what they extend).")
+    parser.add_argument("--profile", default="local", help="NAME or path (default: local)")
+    parser.add_argument("--job", default="digits", help="NAME or path (default: digits)")
+    parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--json", action="store_true", help="one JSON object")
+    args = parser.parse_args(argv)
+    resolved = resolve(args.profile, args.job, args.sets)
+    if args.json:
+        print(json.dumps({"profile": resolved.profile_source, "job": resolved.job_source}))
+    else:
+        print(f"profile {args.profile}: {resolved.profile_source}")
+        print(f"job {args.job}: {resolved.job_source}")
+        print(f"(user folder: {lookup.user_dir()}; see list-profiles, list-jobs; current directory: {Path.cwd()})")
+    return EXIT_OK
