@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 
@@ -44,6 +45,9 @@ def submit_parser() -> ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    # Run folders hold pickles that submitit and `status` load: what this process writes (and the
+    # local processes and SLURM jobs it starts, which inherit the umask) is private to the user.
+    os.umask(0o077)
     try:
         if argv and argv[0] in COMMANDS:
             return COMMANDS[argv[0]](argv[1:])

@@ -68,6 +68,7 @@ class Plan:
 def plan_submission(profile: Profile, points: list[Point], run_dir: Path, is_sweep: bool, source: str,
                     after: str | None) -> Submission:
     """Local checks, the --after dependency, and the submission as data (new runs and --resume alike)."""
+    checks.check_writable_folder(run_dir.parent, "profile.runs_dir", "the run folder")
     for point in points:
         checks.check_local(profile, point.job, source)
     if after and profile.executor != "slurm":

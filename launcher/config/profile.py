@@ -69,6 +69,9 @@ class Profile:
             require(getattr(self, key) > 0, key, getattr(self, key), "an integer > 0")
         for key in ("gpus_per_node", "signal_delay_s", "max_timeout_requeues", "checkpoint_every_steps"):
             require(getattr(self, key) >= 0, key, getattr(self, key), "an integer >= 0")
+        for key, most in _UPPER_BOUNDS.items():
+            value = getattr(self, key)
+            require(value is None or value <= most, key, value, f"at most {most} ({_BOUND_WHY[most]})")
         require(self.mem_per_task_gb is None or self.mem_per_task_gb > 0, "mem_per_task_gb",
                 self.mem_per_task_gb, "a number > 0 or null")
         require(self.max_array_size is None or self.max_array_size > 0, "max_array_size", self.max_array_size,
@@ -90,6 +93,15 @@ class Profile:
         for key in self.sbatch_extra:
             require(re.fullmatch(r"[a-z][a-z0-9-]*", key) is not None, f"sbatch_extra.{key}", key,
                     "an sbatch long option name such as 'mail-type'")
+            modelled = modelled_sbatch_option(key)
+            require(modelled is None, f"sbatch_extra.{key}", self.sbatch_extra[key],
+                    f"no value here: --{key} would change {modelled}, which the profile sets (the trainer "
+                    f"expects the world size and paths the profile describes); set {modelled} instead")
+        if self.executor != "slurm":
+            # Setup lines are shell commands for a batch script; on this machine there is none, and
+            # running them here would change the submitter's own shell state for nothing.
+            require(not self.setup, "setup", self.setup, f"[] for the {self.executor} executor (setup lines run "
+                    f"only in SLURM batch scripts; prepare this machine in your shell, or use a slurm profile)")
         for key in ("partition", "account", "qos"):
             value = getattr(self, key)
             require(re.fullmatch(r"[A-Za-z0-9_.-]*", value) is not None, key, value,
@@ -112,6 +124,45 @@ class Profile:
     def mem_per_node_mb(self) -> int:
         """What SLURM is asked for per node (0: the partition's default)."""
         return int(self.mem_per_task_gb * 1024 * self.tasks_per_node) if self.mem_per_task_gb else 0
+
+
+# SLURM stores these in 16-bit fields (cpus per task, tasks per node, GRES counts, the --signal
+# delay) or 32-bit ones (node counts, minutes); beyond them sbatch fails or silently wraps.
+_UPPER_BOUNDS = {"nodes": 2**31 - 1, "tasks_per_node": 65535, "cpus_per_task": 65535, "gpus_per_node": 65535,
+                 "time_min": 2**31 - 1, "signal_delay_s": 65535, "max_timeout_requeues": 2**31 - 1,
+                 "checkpoint_every_steps": 2**31 - 1, "array_parallelism": 2**31 - 1,
+                 "max_array_size": 2**31 - 1, "init_timeout_s": 2**31 - 1, "collective_timeout_s": 2**31 - 1,
+                 "mem_per_task_gb": 2**31 - 1}
+_BOUND_WHY = {65535: "a 16-bit SLURM field", 2**31 - 1: "a 32-bit field"}
+
+# sbatch options the profile models, and the profile key that sets each. An `sbatch_extra` line
+# for one of them would make SLURM start another world size, time limit or log path than the
+# trainer and the run folder expect. sbatch accepts unique prefixes of long options ("--node=3"),
+# so a key that abbreviates one of these is refused too.
+MODELLED_SBATCH_OPTIONS = {
+    "nodes": "nodes", "ntasks": "nodes x tasks_per_node", "ntasks-per-node": "tasks_per_node",
+    "tasks-per-node": "tasks_per_node", "ntasks-per-core": "tasks_per_node", "ntasks-per-socket": "tasks_per_node",
+    "ntasks-per-gpu": "tasks_per_node", "cpus-per-task": "cpus_per_task", "cpus-per-gpu": "cpus_per_task",
+    "mincpus": "cpus_per_task", "gpus": "gpus_per_node", "gpus-per-node": "gpus_per_node",
+    "gpus-per-task": "gpus_per_node", "gpus-per-socket": "gpus_per_node", "gres": "gpus_per_node",
+    "mem": "mem_per_task_gb", "mem-per-cpu": "mem_per_task_gb", "mem-per-gpu": "mem_per_task_gb",
+    "time": "time_min", "time-min": "time_min", "partition": "partition", "account": "account", "qos": "qos",
+    "constraint": "constraint", "signal": "signal and signal_delay_s", "array": "the sweep (one array task per point)",
+    "output": "the run folder's logs (submitit's layout)", "error": "the run folder's logs (submitit's layout)",
+    "input": "the run folder's logs (submitit's layout)", "open-mode": "the run folder's logs (submitit's layout)",
+    "job-name": "job.name", "chdir": "the run folder's logs (submitit's layout)",
+    "dependency": "--after", "requeue": "max_timeout_requeues (runs are always requeueable)",
+    "no-requeue": "max_timeout_requeues (runs are always requeueable)", "wrap": "the job script",
+    "distribution": "tasks_per_node (one rank per task)", "export": "env", "get-user-env": "env",
+}
+
+
+def modelled_sbatch_option(key: str) -> str | None:
+    """The profile key behind sbatch option --KEY (or an abbreviation of one), None if it has none."""
+    if key in MODELLED_SBATCH_OPTIONS:
+        return MODELLED_SBATCH_OPTIONS[key]
+    longer = [name for name in MODELLED_SBATCH_OPTIONS if name.startswith(key)]
+    return " / ".join(dict.fromkeys(MODELLED_SBATCH_OPTIONS[n] for n in longer)) if longer else None
 
 
 def find_profile_file(name: str, relative_to: Path | None = None) -> Path:

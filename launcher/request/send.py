@@ -35,16 +35,19 @@ class PartiallySubmitted(RuntimeError):
 
 
 @contextlib.contextmanager
-def submission_environment(slurm_conf: str) -> Iterator[None]:
+def submission_environment(slurm_conf: str, extra: dict[str, str] | None = None) -> Iterator[None]:
     """Submit with a clean environment: a submitter running inside a job must not pass that job's
     SLURM_*/RANK/MASTER_* variables on (sbatch exports the caller's environment to the new job,
-    and the local executor copies it into its processes)."""
+    and the local executor copies it into its processes). `extra`: the profile's `env` for the
+    local and debug executors, which have no batch script to export it."""
     saved = dict(os.environ)
     os.environ.clear()
     os.environ.update(slurm_env(slurm_conf, saved))
+    os.environ.update(extra or {})
     # The task unpickles launcher.node.TrainTask wherever it runs: make the project importable there
     # even when the submitter was started from another folder and the project is not installed.
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), saved.get("PYTHONPATH", "")) if p)
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(PROJECT_ROOT), os.environ.get("PYTHONPATH", "")) if p)
     try:
         yield
     finally:
@@ -133,7 +136,8 @@ def _queue(sub: Submission, calls: list[Callable[[], Any]], chunk_size: int | No
     held = io.StringIO()
     holding = contextlib.redirect_stderr(held) if sub.executor == "slurm" else contextlib.nullcontext()
     try:
-        with submission_environment(sub.slurm_conf), holding:
+        local_env = sub.profile.env if sub.executor != "slurm" else {}
+        with submission_environment(sub.slurm_conf, local_env), holding:
             size = chunk_size or len(calls)
             for start in range(0, len(calls), size):
                 if len(calls) > 1:
