@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 
 from launcher.commands import operate, probe, resume, submit
-from launcher.commands.console import EXIT_BAD_INPUT, EXIT_FAILED, ArgumentParser
+from launcher.commands.console import EXIT_BAD_INPUT, EXIT_FAILED, ArgumentParser, error_line
 from launcher.request.send import PartiallySubmitted
 from trainer.schema import ConfigError
 
@@ -54,10 +54,10 @@ def main(argv: list[str] | None = None) -> int:
         args = submit_parser().parse_args(argv)
         return resume.resume(args, argv) if args.resume else submit.submit(args, argv)
     except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(error_line(err), file=sys.stderr)
         return EXIT_BAD_INPUT
     except PartiallySubmitted as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(error_line(err), file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
