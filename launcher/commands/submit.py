@@ -86,7 +86,11 @@ def execute(plan: Plan, args: argparse.Namespace) -> int:
         return dry_run(plan, args.json, chunk)
     plan.prepare()
     jobs = send.send(sub, chunk, on_queued=plan.record)
-    return plan.report(jobs, args.json)
+    try:
+        return plan.report(jobs, args.json)
+    finally:
+        if sub.executor != "slurm":
+            layout.drop_log_template(sub.run_dir)
 
 
 def submit(args: argparse.Namespace, argv: list[str]) -> int:

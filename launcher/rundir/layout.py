@@ -105,6 +105,15 @@ def log_dir(run_dir: Path) -> Path:
     return run_dir / LOGS_DIR
 
 
+def drop_log_template(run_dir: Path) -> None:
+    """submitit's local controller makes its folder template (logs/%j/) literally, next to the real
+    logs/<pid>/; it stays empty. rmdir removes only an empty folder."""
+    try:
+        (log_dir(run_dir) / "%j").rmdir()
+    except OSError:
+        pass
+
+
 def job_log_dir(run_dir: Path, job_id: str) -> Path:
     """submitit's folder for one job (or one array task): logs/<id>/, ids like 12 or 12_3."""
     return log_dir(run_dir) / job_id

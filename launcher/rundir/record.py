@@ -89,6 +89,19 @@ def write_result(folder: Path, result: dict[str, Any], **fields: Any) -> None:
     write_json(folder / RESULT_FILE, {**result, "state": "COMPLETED", **fields})
 
 
+_NUMBERS = ("test_accuracy", "test_loss", "train_loss", "images_per_second", "epochs", "world_size", "restarts")
+
+
+def read_result(path: Path) -> dict[str, Any]:
+    """A result.json, its metrics checked to be numbers (ConfigError naming the file otherwise)."""
+    result = read_json(path)
+    for key in _NUMBERS:
+        value = result.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ConfigError(f"{path}: key '{key}' has invalid value {value!r}; expected a number")
+    return result
+
+
 def write_failure(folder: Path, rank: int | None, error: str) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     write_json(folder / FAILURE_FILE, {"rank": rank, "error": error})
