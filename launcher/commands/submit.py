@@ -81,7 +81,8 @@ def execute(plan: Plan, args: argparse.Namespace) -> int:
     chunk = None
     if sub.executor == "slurm":
         # --dry-run still shows the script where the cluster cannot be asked (a laptop).
-        chunk = limits.check(sub.slurm_request, sub.profile.max_array_size, plan.source, required=not args.dry_run)
+        chunk = limits.check(sub.slurm_request, sub.profile.max_array_size, plan.source, required=not args.dry_run,
+                             tasks=len(sub.tasks))
     if args.dry_run:
         return dry_run(plan, args.json, chunk)
     plan.prepare()
