@@ -24,7 +24,7 @@ from launcher.config.profile import Profile
 from launcher.config.resolve import resolve
 from launcher.config.sweep import expand
 from launcher.request import send
-from launcher.request.submission import Point, Submission, build
+from launcher.request.submission import Point, Submission, build, moved
 from launcher.rundir import layout, record
 from trainer.schema import ConfigError
 
@@ -40,7 +40,12 @@ class Plan:
 
     def prepare(self) -> None:
         """Before sbatch: the run folder and what it must hold."""
-        record.create(self.sub.run_dir, self.sub.describe(), ["submit.py", *self.argv])
+        while True:
+            try:
+                record.create(self.sub.run_dir, self.sub.describe(), ["submit.py", *self.argv])
+                break
+            except FileExistsError:  # another submitter made this name since we chose it
+                self.sub = moved(self.sub, layout.next_free(self.sub.run_dir))
         record.write_tasks(self.sub.run_dir, [{"task": t.task, "overrides": t.overrides, "job": asdict(t.job),
                                                "run_dir": t.settings.run_dir} for t in self.sub.tasks])
 
@@ -86,6 +91,7 @@ def execute(plan: Plan, args: argparse.Namespace) -> int:
     if args.dry_run:
         return dry_run(plan, args.json, chunk)
     plan.prepare()
+    sub = plan.sub  # (prepare may have moved it to a free run folder name)
     jobs = send.send(sub, chunk, on_queued=plan.record)
     try:
         return plan.report(jobs, args.json)

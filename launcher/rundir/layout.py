@@ -62,7 +62,11 @@ def new_run_dir(runs_root: Path, job_name: str, profile_name: str) -> Path:
     if len(str(root / name).encode()) + _SUFFIX_ROOM + _DEEPEST > path_max:
         raise ConfigError(f"profile.runs_dir: {_short(str(root))} is too deep: the run folder's files would have "
                           f"paths longer than the {path_max} bytes the file system allows; use a shorter runs_dir")
-    base = root / name
+    return next_free(root / name)
+
+
+def next_free(base: Path) -> Path:
+    """`base`, or `base-2`, `base-3`, ... : the first name not taken yet."""
     path, n = base, 1
     while path.exists():
         n += 1
