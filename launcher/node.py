@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import resource
 import signal
 import socket
 import sys
@@ -83,6 +84,16 @@ class SubmititRequeue:
         return {"requeued": False, "message": "submitit did not requeue (not global rank 0)", **decision}
 
 
+def private_and_coreless() -> None:
+    """What every task process does first. No core files: a crash at exit once wrote 860 MB cores
+    into the folder the job was submitted from (the job's working directory), and a core holds
+    nothing a user reads. Files private to the user (umask 077): the run folder holds pickles that
+    `status` loads, and the folder is private whatever umask the node's shell had."""
+    _, hard = resource.getrlimit(resource.RLIMIT_CORE)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, hard))
+    os.umask(0o077)
+
+
 class TrainTask(Checkpointable):
     """Train one job. On requeue, submitit pickles this same object again; the trainer then resumes
     from the newest good checkpoint in the run folder, so no state needs to travel in the pickle."""
@@ -92,6 +103,7 @@ class TrainTask(Checkpointable):
         self.job, self.settings, self.run_root = job, settings, run_root or settings.run_dir
 
     def __call__(self) -> dict[str, Any]:
+        private_and_coreless()
         requeue = SubmititRequeue.current()
         settings = self.settings
         if requeue is not None and requeue.signal_name != settings.stop_signal:

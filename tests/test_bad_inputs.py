@@ -9,12 +9,6 @@ import pytest
 from tests.helpers import run_submit
 
 
-def write(path: Path, text: str) -> str:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return str(path)
-
-
 # (id, files to write {relative name: text}, arguments, substrings the error must contain)
 CASES = [
     ("unknown profile name", {}, ["--profile", "nope"], ["profile 'nope' not found", "local", "slurm-gpu"]),
@@ -74,7 +68,259 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("files,args,expected", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+LONG = "x" * 300
+BOMB = ("extends: digits\na: &a [x, x, x, x, x, x, x, x, x, x]\n"
+        + "".join(f"{c}: &{c} [{', '.join(['*' + p] * 10)}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
+        + "extra: {k: v}\n")
+SWEEP = "extends: digits\nsweep:\n"
+
+# Families the first corpus did not cover (issue 12): numbers, collisions, names and paths, sweeps,
+# local setup/env, sbatch_extra. Same shape as CASES.
+MORE_CASES = [
+    # -- numbers that are not usable: non-finite floats --
+    ("lr .inf", {}, ["--set", "job.lr=.inf"], ["'lr'", "inf", "a finite number"]),
+    ("lr -.inf", {}, ["--set", "job.lr=-.inf"], ["'lr'", "-inf", "a finite number"]),
+    ("lr .nan", {}, ["--set", "job.lr=.nan"], ["'lr'", "nan", "a finite number"]),
+    ("lr overflowing to inf", {}, ["--set", "job.lr=1e999"], ["'lr'", "inf", "a finite number"]),
+    ("weight_decay .inf", {}, ["--set", "job.weight_decay=.inf"], ["'weight_decay'", "a finite number"]),
+    ("momentum .nan", {}, ["--set", "job.momentum=.NaN"], ["'momentum'", "nan"]),
+    ("label_smoothing .nan", {}, ["--set", "job.label_smoothing=.nan"], ["'label_smoothing'", "a finite number"]),
+    ("warmup_fraction -.inf", {}, ["--set", "job.warmup_fraction=-.inf"], ["'warmup_fraction'", "finite"]),
+    ("stop_at_accuracy .nan", {}, ["--set", "job.stop_at_accuracy=.nan"], ["'stop_at_accuracy'", "finite"]),
+    ("memory .inf", {}, ["--set", "profile.mem_per_task_gb=.inf"], ["'mem_per_task'", "a finite number"]),
+    ("memory .nan on SLURM", {}, ["--profile", "dev-cluster", "--set", "profile.mem_per_task_gb=.nan"],
+     ["'mem_per_task'", "nan", "a finite number"]),
+    ("memory beyond SLURM", {}, ["--set", "profile.mem_per_task_gb=1e12"], ["'mem_per_task'", "at most"]),
+    ("lr .inf in a job file", {"j.yaml": "extends: digits\nlr: .inf\n"}, ["--job", "{j.yaml}"],
+     ["j.yaml", "'lr'", "a finite number"]),
+    ("memory .nan in a profile file", {"p.yaml": "extends: local\nmem_per_task_gb: .nan\n"},
+     ["--profile", "{p.yaml}"], ["p.yaml", "'mem_per_task'", "a finite number"]),
+    ("sweep grid point .inf", {"s.yaml": SWEEP + "  grid: {lr: [0.1, .inf]}\n"}, ["--job", "{s.yaml}"],
+     ["sweep task 1", "'lr'", "a finite number"]),
+    # -- integers beyond what torch, SLURM or the OS accept --
+    ("negative seed", {}, ["--set", "job.seed=-1"], ["'seed'", "-1", "[0, 4294967295]"]),
+    ("seed beyond 32 bits", {}, ["--set", "job.seed=4294967296"], ["'seed'", "4294967296", "[0, 4294967295]"]),
+    ("seed beyond 64 bits", {}, ["--set", "job.seed=18446744073709551616"], ["'seed'", "fits in 64 bits"]),
+    ("hex seed beyond 64 bits", {}, ["--set", "job.seed=0xffffffffffffffffff"], ["'seed'", "fits in 64 bits"]),
+    ("epochs beyond 32 bits", {}, ["--set", "job.epochs=2147483648"], ["'epochs'", "2147483647"]),
+    ("batch size beyond 32 bits", {}, ["--set", "job.batch_size_per_rank=99999999999"],
+     ["'batch_size_per_rank'", "2147483647"]),
+    ("grad accumulation beyond 32 bits", {}, ["--set", "job.grad_accum_steps=4294967296"], ["'grad_accum_steps'"]),
+    ("log cadence beyond 32 bits", {}, ["--set", "job.log_every_steps=1099511627776"], ["'log_every_steps'"]),
+    ("checkpoint cadence beyond 32 bits", {}, ["--set", "job.checkpoint_every_steps=2147483648"],
+     ["'checkpoint_every_steps'", "or null"]),
+    ("synthetic data set too large", {},
+     ["--set", "job.dataset=synthetic-cifar10", "--set", "job.model=lenet", "--set",
+      "job.synthetic_train_size=10000000"],
+     ["'synthetic_train_size'", "1000000"]),
+    ("interrupt step beyond 64 bits", {}, ["--set", "job.interrupt_at=99999999999999999999"],
+     ["'interrupt_at'", "fits in 64 bits"]),
+    ("cpus per task beyond SLURM", {}, ["--set", "profile.cpus_per_task=65536"], ["'cpus_per_task'", "65535"]),
+    ("tasks per node beyond SLURM", {}, ["--profile", "dev-cluster", "--set", "profile.tasks_per_node=70000"],
+     ["'tasks_per_node'", "65535"]),
+    ("nodes beyond 32 bits", {}, ["--profile", "dev-cluster", "--set", "profile.nodes=4294967296"],
+     ["'nodes'", "2147483647"]),
+    ("time limit beyond 32 bits", {}, ["--set", "profile.time_min=2147483648"], ["'time'", "2147483647"]),
+    ("signal delay beyond SLURM", {}, ["--set", "profile.time_min=100000", "--set", "profile.signal_delay_s=65536"],
+     ["'signal_delay_s'", "65535"]),
+    ("array parallelism beyond 32 bits", {}, ["--set", "profile.array_parallelism=2147483648"],
+     ["'array_parallelism'"]),
+    ("max array size beyond 32 bits", {}, ["--set", "profile.max_array_size=2147483648"], ["'max_array_size'"]),
+    ("init timeout beyond 32 bits", {}, ["--set", "profile.init_timeout_s=9999999999"], ["'init_timeout_s'"]),
+    ("collective timeout beyond 32 bits", {}, ["--set", "profile.collective_timeout_s=9999999999"],
+     ["'collective_timeout_s'"]),
+    ("timeout requeues beyond 32 bits", {}, ["--set", "profile.max_timeout_requeues=2147483648"],
+     ["'max_timeout_requeues'"]),
+    ("negative GPUs", {}, ["--set", "profile.gpus_per_node=-1"], ["'gpus_per_node'", ">= 0"]),
+    # -- overrides that collide --
+    ("--set a mapping key under a scalar", {}, ["--set", "profile.env=x", "--set", "profile.env.A=1"],
+     ["--set profile.env.A=1", "'env' was already set", "'x'"]),
+    ("--set a scalar over a mapping", {}, ["--set", "profile.env.A=1", "--set", "profile.env=x"],
+     ["--set profile.env=x", "already holds keys", "A"]),
+    ("--set sbatch_extra scalar over keys", {}, ["--profile", "dev-cluster", "--set",
+                                                 "profile.sbatch_extra.comment=a", "--set",
+                                                 "profile.sbatch_extra=b"], ["sbatch_extra", "already holds"]),
+    ("--set extra key under a scalar", {}, ["--set", "job.extra=v", "--set", "job.extra.k=1"],
+     ["'extra' was already set"]),
+    ("--set a key under a scalar field", {}, ["--set", "job.lr.x=1"], ["'lr'", "{'x': 1}", "a number"]),
+    ("--set a key under a string field", {}, ["--set", "job.name.x=1"], ["'name'", "a string"]),
+    ("--set a mapping one level too deep", {}, ["--set", "profile.env.A.B=1"], ["env.A", "a string, number"]),
+    ("--set with an empty key part", {}, ["--set", "job..lr=1"], ["'job..lr' has an empty part"]),
+    ("--set with a trailing dot", {}, ["--set", "job.lr.=1"], ["'job.lr.' has an empty part"]),
+    ("--set with no key", {}, ["--set", "=3"], ["--set =3", "KEY=VALUE"]),
+    ("--set a mapping value for env", {}, ["--set", "profile.env.A=[1, 2]"],
+     ["--set profile.env.A=[1, 2]", "single scalar"]),
+    ("--set an undefined alias", {}, ["--set", "job.lr=*a"], ["--set job.lr=*a", "not a valid YAML scalar"]),
+    ("--set a document marker", {}, ["--set", "job.lr=---"], ["'lr'", "None", "a number"]),
+    ("--set a nested key onto a scalar from the file", {}, ["--set", "job.epochs.x=1"], ["'epochs'", "an integer"]),
+    # -- sbatch_extra keys that contradict what the profile models --
+    ("sbatch_extra nodes", {}, ["--profile", "dev-cluster", "--set", "profile.sbatch_extra.nodes=3"],
+     ["sbatch_extra.nodes", "--nodes", "set nodes instead"]),
+    ("sbatch_extra ntasks", {}, ["--profile", "dev-cluster", "--set", "profile.sbatch_extra.ntasks=8"],
+     ["sbatch_extra.ntasks", "nodes x tasks_per_node"]),
+    ("sbatch_extra ntasks-per-node", {}, ["--profile", "dev-cluster", "--set",
+                                          "profile.sbatch_extra.ntasks-per-node=4"],
+     ["sbatch_extra.ntasks-per-node", "tasks_per_node"]),
+    ("sbatch_extra cpus-per-task", {}, ["--profile", "dev-cluster", "--set",
+                                        "profile.sbatch_extra.cpus-per-task=2"], ["cpus_per_task"]),
+    ("sbatch_extra gpus", {}, ["--profile", "dev-cluster", "--set", "profile.sbatch_extra.gpus=8"],
+     ["sbatch_extra.gpus", "gpus_per_node"]),
+    ("sbatch_extra gres", {}, ["--profile", "dev-cluster", "--set", "profile.sbatch_extra.gres=gpu:4"],
+     ["sbatch_extra.gres", "gpus_per_node"]),
+    ("sbatch_extra time", {}, ["--profile", "dev-cluster", "--set", "profile.sbatch_extra.time=5"],
+     ["sbatch_extra.time", "time_min"]),
+    ("sbatch_extra array", {}, ["--profile", "dev-cluster", "--set", "profile.sbatch_extra.array=0-9"],
+     ["sbatch_extra.array", "sweep"]),
+    ("sbatch_extra output", {}, ["--profile", "dev-cluster", "--set", "profile.sbatch_extra.output=/tmp/x.out"],
+     ["sbatch_extra.output", "logs"]),
+    ("sbatch_extra error", {}, ["--profile", "dev-cluster", "--set", "profile.sbatch_extra.error=/tmp/x.err"],
+     ["sbatch_extra.error", "logs"]),
+    ("sbatch_extra job-name", {}, ["--profile", "dev-cluster", "--set", "profile.sbatch_extra.job-name=x"],
+     ["sbatch_extra.job-name", "job.name"]),
+    ("sbatch_extra mem", {}, ["--profile", "dev-cluster", "--set", "profile.sbatch_extra.mem=1G"],
+     ["sbatch_extra.mem", "mem_per_task_gb"]),
+    ("sbatch_extra partition", {}, ["--profile", "dev-cluster", "--set", "profile.sbatch_extra.partition=gpu"],
+     ["sbatch_extra.partition", "set partition instead"]),
+    ("sbatch_extra dependency", {}, ["--profile", "dev-cluster", "--set",
+                                     "profile.sbatch_extra.dependency=afterok:1"], ["--after"]),
+    ("sbatch_extra abbreviated --node", {}, ["--profile", "dev-cluster", "--set", "profile.sbatch_extra.node=3"],
+     ["sbatch_extra.node", "nodes"]),
+    ("sbatch_extra abbreviated --tim", {}, ["--profile", "dev-cluster", "--set", "profile.sbatch_extra.tim=3"],
+     ["sbatch_extra.tim", "time_min"]),
+    ("sbatch_extra in a profile file", {"p.yaml": "extends: dev-cluster\nsbatch_extra: {gpus-per-node: 2}\n"},
+     ["--profile", "{p.yaml}"], ["p.yaml", "sbatch_extra.gpus-per-node", "gpus_per_node"]),
+    ("sbatch_extra no-requeue", {}, ["--profile", "dev-cluster", "--set", "profile.sbatch_extra.no-requeue=x"],
+     ["sbatch_extra.no-requeue", "requeue"]),
+    ("sbatch_extra with an option-like key", {}, ["--profile", "dev-cluster", "--set",
+                                                  "profile.sbatch_extra.--nodes=3"],
+     ["sbatch_extra.--nodes", "long option name"]),
+    # -- names and paths --
+    ("job name longer than a file name", {}, ["--set", f"job.name={LONG}"],
+     ["job.name", "300 bytes", "use a shorter job.name"]),
+    ("job and profile names together too long", {"p" * 200 + ".yaml": "extends: local\n"},
+     ["--profile", "{" + "p" * 200 + ".yaml}", "--set", "job.name=" + "j" * 60],
+     ["job.name", "the file system allows"]),
+    ("runs_dir deeper than PATH_MAX", {}, ["--set", "profile.runs_dir={empty}/" + "/".join(["y" * 250] * 17)],
+     ["profile.runs_dir", "too deep", "4096"]),
+    ("runs_dir under a regular file", {"afile": "x"}, ["--set", "profile.runs_dir={afile}/runs"],
+     ["profile.runs_dir", "is under", "afile", "a file, not a folder"]),
+    ("runs_dir is a regular file", {"afile": "x"}, ["--set", "profile.runs_dir={afile}"],
+     ["profile.runs_dir", "is a file, not a folder"]),
+    ("runs_dir on a read-only file system", {}, ["--set", "profile.runs_dir=/proc/sys/runs"],
+     ["profile.runs_dir", "/proc/sys", "not writable"]),
+    ("runs_dir under a file on SLURM", {"afile": "x"},
+     ["--profile", "dev-cluster", "--set", "profile.runs_dir={afile}/runs"], ["profile.runs_dir", "a file"]),
+    ("data_dir under a regular file", {"afile": "x"}, ["--job", "cifar10", "--set", "profile.data_dir={afile}/d"],
+     ["profile.data_dir", "afile", "a file, not a folder", "download"]),
+    ("data_dir on a read-only file system", {}, ["--job", "cifar10", "--set", "profile.data_dir=/proc/sys/data"],
+     ["profile.data_dir", "not writable"]),
+    ("job data_dir is a regular file", {"afile": "x"}, ["--job", "cifar10", "--set", "job.data_dir={afile}"],
+     ["job.data_dir", "afile", "a file, not a folder"]),
+    ("job file is a folder", {"jobs/.keep": ""}, ["--job", "{empty}"], ["job '", "not found"]),
+    ("profile is a device", {}, ["--profile", "/dev/null"], ["profile '/dev/null' not found"]),
+    ("empty profile name", {}, ["--profile", ""], ["profile '' not found"]),
+    # -- local profiles: setup is refused, malformed or not --
+    ("malformed setup line on a local profile", {"p.yaml": "extends: local\nsetup: [\"echo 'unclosed\"]\n"},
+     ["--profile", "{p.yaml}"], ["p.yaml", "'setup'", "local executor", "SLURM batch scripts"]),
+    ("setup line on a local profile", {}, ["--set", "profile.setup=[\"module load cuda\"]"],
+     ["'setup'", "local executor"]),
+    ("setup line on the debug profile", {}, ["--profile", "debug", "--set", "profile.setup=[\"echo hi\"]"],
+     ["'setup'", "debug executor"]),
+    ("setup that is not a list", {}, ["--profile", "dev-cluster", "--set", "profile.setup=echo"],
+     ["'setup'", "a list of a string"]),
+    ("env value that is a mapping", {"p.yaml": "extends: local\nenv: {A: {b: 1}}\n"}, ["--profile", "{p.yaml}"],
+     ["env.A", "a string, number or boolean"]),
+    ("env value that is null", {"p.yaml": "extends: local\nenv: {A: null}\n"}, ["--profile", "{p.yaml}"],
+     ["env.A", "a string, number or boolean"]),
+    # -- sweeps --
+    ("sweep grid with a repeated value", {"s.yaml": SWEEP + "  grid: {lr: [0.1, 0.2, 0.1]}\n"}, ["--job", "{s.yaml}"],
+     ["task 2", "same job as task 0", "each point once"]),
+    ("sweep task equal to a grid point", {"s.yaml": SWEEP + "  grid: {lr: [0.1, 0.2]}\n  tasks: [{lr: 0.2}]\n"},
+     ["--job", "{s.yaml}"], ["task 2", "same job as task 1"]),
+    ("sweep tasks listed twice", {"s.yaml": SWEEP + "  tasks: [{lr: 0.3, epochs: 2}, {epochs: 2, lr: 0.3}]\n"},
+     ["--job", "{s.yaml}"], ["task 1", "same job as task 0"]),
+    ("sweep point equal to the base job", {"s.yaml": SWEEP + "  tasks: [{epochs: 5}, {lr: 0.1}]\n"},
+     ["--job", "{s.yaml}", "--set", "job.epochs=5", "--set", "job.lr=0.1"], ["task 1", "same job as task 0"]),
+    ("sweep grid too large", {"s.yaml": SWEEP + "  grid:\n    lr: [" + ", ".join(f"0.{i:03d}1" for i in range(101))
+                              + "]\n    seed: [" + ", ".join(str(i) for i in range(100)) + "]\n"},
+     ["--job", "{s.yaml}"], ["10100 tasks", "101 x 100", "at most 10000"]),
+    ("sweep grid of a billion points", {"s.yaml": SWEEP + "  grid:\n" + "".join(
+        f"    {k}: [{', '.join(str(i + 1) for i in range(32))}]\n"
+        for k in ("epochs", "seed", "batch_size_per_rank", "log_every_steps", "eval_every_epochs",
+                  "keep_checkpoints"))},
+     ["--job", "{s.yaml}"], ["1073741824 tasks", "at most 10000"]),
+    ("sweep that is a list", {"s.yaml": "extends: digits\nsweep: [1, 2]\n"}, ["--job", "{s.yaml}"],
+     ["'sweep' must be a mapping"]),
+    ("sweep tasks not mappings", {"s.yaml": SWEEP + "  tasks: [0.1, 0.2]\n"}, ["--job", "{s.yaml}"],
+     ["'sweep.tasks' must be a list of mappings"]),
+    ("sweep grid value not a list", {"s.yaml": SWEEP + "  grid: {lr: 0.1}\n"}, ["--job", "{s.yaml}"],
+     ["'sweep.grid.lr' must be a non-empty list"]),
+    ("sweep grid empty list", {"s.yaml": SWEEP + "  grid: {lr: []}\n"}, ["--job", "{s.yaml}"],
+     ["'sweep.grid.lr' must be a non-empty list"]),
+    ("sweep with no points", {"s.yaml": SWEEP + "  grid: {}\n"}, ["--job", "{s.yaml}"], ["defines no tasks"]),
+    ("sweep task with an unknown key", {"s.yaml": SWEEP + "  tasks: [{lrr: 0.1}]\n"}, ["--job", "{s.yaml}"],
+     ["sweep.tasks[0].lrr", "lr"]),
+    ("sweep task with a bad value", {"s.yaml": SWEEP + "  tasks: [{lr: -1}]\n"}, ["--job", "{s.yaml}"],
+     ["sweep task 0", "'lr'", "> 0"]),
+    ("sweep task seed beyond 32 bits", {"s.yaml": SWEEP + "  tasks: [{seed: 5000000000}]\n"}, ["--job", "{s.yaml}"],
+     ["sweep task 0", "'seed'"]),
+    ("sweep with another section", {"s.yaml": SWEEP + "  grids: {lr: [0.1]}\n"}, ["--job", "{s.yaml}"],
+     ["unknown key 'sweep.grids'", "grid"]),
+    # -- YAML that the loader already refuses --
+    ("two YAML documents in one file", {"j.yaml": "extends: digits\n---\nepochs: 3\n"}, ["--job", "{j.yaml}"],
+     ["j.yaml", "malformed YAML"]),
+    ("a python object tag", {"j.yaml": "extends: digits\nname: !!python/object/apply:os.system ['true']\n"},
+     ["--job", "{j.yaml}"], ["j.yaml", "python/object"]),
+    ("a list as a key", {"j.yaml": "extends: digits\n? [a, b]\n: 1\n"}, ["--job", "{j.yaml}"], ["j.yaml"]),
+    ("a tab-indented file", {"p.yaml": "extends: local\nenv:\n\tA: 1\n"}, ["--profile", "{p.yaml}"],
+     ["p.yaml", "malformed YAML"]),
+    ("extends that is a list", {"p.yaml": "extends: [local]\n"}, ["--profile", "{p.yaml}"],
+     ["'extends'", "the name or path of another file"]),
+    ("extends itself", {"p.yaml": "extends: p.yaml\n"}, ["--profile", "{p.yaml}"], ["cycle"]),
+    # -- operating commands on what is not a run --
+    ("status of a missing run", {}, ["status", "no-such-run"], ["run 'no-such-run'", "not a run folder"]),
+    ("logs of a missing run", {}, ["logs", "no-such-run"], ["run 'no-such-run'"]),
+    ("cancel of a missing run", {}, ["cancel", "no-such-run"], ["run 'no-such-run'"]),
+    ("--resume of a missing run", {}, ["--resume", "no-such-run"], ["no-such-run"]),
+    ("--after a folder that is not a run", {"r/.keep": ""}, ["--profile", "dev-cluster", "--after", "{empty}"],
+     ["--after", "not a run folder"]),
+]
+
+# YAML itself (trainer/yamlio.py, read by trainer.schema.read_yaml): duplicate keys, alias bombs,
+# deep nesting, text that is not UTF-8, empty files.
+YAML_CASES = [
+    ("duplicate key in a job file", {"j.yaml": "extends: digits\nepochs: 2\nepochs: 3\n"}, ["--job", "{j.yaml}"],
+     ["j.yaml", "duplicate key 'epochs'"]),
+    ("duplicate key in a profile file", {"p.yaml": "extends: local\ntasks_per_node: 2\ntasks_per_node: 1\n"},
+     ["--profile", "{p.yaml}"], ["p.yaml", "duplicate key 'tasks_per_node'"]),
+    ("duplicate nested key", {"p.yaml": "extends: local\nenv: {A: 1, A: 2}\n"}, ["--profile", "{p.yaml}"],
+     ["p.yaml", "duplicate key 'A'"]),
+    ("alias expansion bomb", {"j.yaml": BOMB}, ["--job", "{j.yaml}"], ["j.yaml", "alias"]),
+    ("very deep nesting", {"j.yaml": "extends: digits\nextra: " + "[" * 500 + "]" * 500 + "\n"},
+     ["--job", "{j.yaml}"], ["j.yaml", "nested deeper than"]),
+    ("job file that is not UTF-8", {"j.yaml": "extends: digits\nname: caf\xe9\n".encode("latin-1")},
+     ["--job", "{j.yaml}"], ["j.yaml", "not UTF-8"]),
+    ("profile file that is not UTF-8", {"p.yaml": b"extends: local\nqos: \xff\xfe\n"}, ["--profile", "{p.yaml}"],
+     ["p.yaml", "not UTF-8"]),
+    ("empty job file", {"j.yaml": ""}, ["--job", "{j.yaml}"], ["j.yaml", "empty"]),
+    ("empty profile file", {"p.yaml": ""}, ["--profile", "{p.yaml}"], ["p.yaml", "empty"]),
+    ("job file of comments only", {"j.yaml": "# nothing\n"}, ["--job", "{j.yaml}"], ["j.yaml", "empty"]),
+]
+
+ALL_CASES = [pytest.param(*c[1:], id=c[0]) for c in CASES + MORE_CASES + YAML_CASES]
+
+
+def write(path: Path, text: str | bytes) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text)
+    return str(path)
+
+
+
+@pytest.mark.parametrize("files,args,expected", ALL_CASES)
 def test_bad_input_is_one_clear_line_and_exit_2(tmp_path: Path, files: dict[str, str], args: list[str],
                                                 expected: list[str]) -> None:
     paths = {name: write(tmp_path / name, text) for name, text in files.items()}
@@ -93,4 +339,4 @@ def test_bad_input_is_one_clear_line_and_exit_2(tmp_path: Path, files: dict[str,
 
 
 def test_corpus_is_large_enough() -> None:
-    assert len(CASES) >= 25
+    assert len(CASES) + len(MORE_CASES) >= 100

@@ -87,3 +87,25 @@ def test_killing_a_rank_process_on_the_dev_cluster_ends_the_job_and_names_it(slu
     assert re.search(r"task 1: Killed", result["error"]), result["error"]
     state, end = sacct_end(result["job_id"])
     assert state == "FAILED" and end - killed < 60
+
+
+def test_a_local_rank_killed_at_start_ends_the_run_within_30_s_and_is_named(tmp_path: Path) -> None:
+    """Rank 1 is killed as soon as it starts (its banner is the first thing it writes, before torch is
+    imported), so the process group has not formed: rank 0 would otherwise wait in the rendezvous
+    for init_timeout_s (180 s). The submitter stops the run and names rank 1."""
+    proc = _popen_submit(["--set", "job.epochs=50", "--json"], tmp_path)
+    try:
+        run_dir = wait_until(lambda: next((tmp_path / "runs").glob("*/run.json"), None), 60, "the run folder").parent
+        pid = wait_until(lambda: rank_pid(run_dir, 1), 60, "rank 1's banner", poll=0.05)
+        os.kill(pid, signal.SIGKILL)
+        killed = time.time()
+        out, err = proc.communicate(timeout=120)
+        ended = time.time()
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, out + err
+    assert ended - killed < 30, f"the run ended {ended - killed:.0f} s after rank 1 died"
+    result = last_json(out)
+    assert result["state"] == "FAILED" and result["failed_rank"] == 1, result
+    assert err.startswith("error: the run failed on rank 1"), err[:500]
+    assert not (run_dir / "metrics.jsonl").exists(), "rank 1 died after training started: not what is tested"

@@ -15,6 +15,11 @@ from trainer import filepaths, lookup
 from trainer.schema import build, load_with_extends, require
 
 MODELS = ("lenet", "mlp", "resnet-small")
+# Bounds on counts and sizes: beyond them torch (32-bit sizes in kernels), memory or the OS fail
+# later, after queueing; refusing them here keeps the failure at submission time.
+INT32_MAX = 2**31 - 1
+SEED_MAX = 2**32 - 1
+MAX_SYNTHETIC = 1_000_000
 DATASETS = ("digits", "cifar10", "synthetic-cifar10")
 
 
@@ -79,14 +84,22 @@ class JobConfig:
         for key in ("epochs", "batch_size_per_rank", "eval_every_epochs", "log_every_steps",
                     "keep_checkpoints", "grad_accum_steps", "synthetic_train_size", "synthetic_test_size"):
             require(getattr(self, key) > 0, key, getattr(self, key), "an integer > 0")
+        for key in ("epochs", "batch_size_per_rank", "eval_every_epochs", "log_every_steps", "keep_checkpoints",
+                    "grad_accum_steps"):
+            require(getattr(self, key) <= INT32_MAX, key, getattr(self, key), f"an integer <= {INT32_MAX}")
+        for key in ("synthetic_train_size", "synthetic_test_size"):
+            require(getattr(self, key) <= MAX_SYNTHETIC, key, getattr(self, key),
+                    f"an integer <= {MAX_SYNTHETIC} ({MAX_SYNTHETIC * 3072 // 10**9} GB of 32x32 images)")
+        # numpy's legacy and torch's generators all take seeds in [0, 2**32); derived seeds stay in range.
+        require(0 <= self.seed <= SEED_MAX, "seed", self.seed, f"an integer in [0, {SEED_MAX}]")
         require(self.lr > 0, "lr", self.lr, "a number > 0")
         require(0 <= self.momentum < 1, "momentum", self.momentum, "a number in [0, 1)")
         require(self.weight_decay >= 0, "weight_decay", self.weight_decay, "a number >= 0")
         require(0 <= self.warmup_fraction < 1, "warmup_fraction", self.warmup_fraction, "a number in [0, 1)")
         require(0 <= self.label_smoothing < 1, "label_smoothing", self.label_smoothing, "a number in [0, 1)")
         require(0 <= self.stop_at_accuracy <= 1, "stop_at_accuracy", self.stop_at_accuracy, "a number in [0, 1]")
-        require(self.checkpoint_every_steps is None or self.checkpoint_every_steps >= 0,
-                "checkpoint_every_steps", self.checkpoint_every_steps, "an integer >= 0 or null")
+        require(self.checkpoint_every_steps is None or 0 <= self.checkpoint_every_steps <= INT32_MAX,
+                "checkpoint_every_steps", self.checkpoint_every_steps, f"an integer in [0, {INT32_MAX}] or null")
         require(self.target_metric in METRICS, "target_metric", self.target_metric, f"one of {', '.join(METRICS)}")
         require(self.fail_at == "" or _is_step_rank(self.fail_at), "fail_at", self.fail_at,
                 "'' or 'STEP:RANK' with two integers")

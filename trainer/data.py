@@ -200,7 +200,10 @@ def eval_shard(n: int, world_size: int, rank: int) -> slice:
 
 def batch_generator(seed: int, epoch: int, step: int, rank: int) -> torch.Generator:
     """Augmentation randomness as a function of (seed, epoch, step, rank), so a resumed run draws the same."""
-    return torch.Generator().manual_seed(((seed * 1_000_003 + epoch) * 1_000_003 + step) * 1_009 + rank)
+    # Reduced below 2**63 (torch's limit): seeds above ~20,000 overflowed it mid-run. Smaller values,
+    # which every earlier run had, are unchanged, so their augmentation streams stay the same.
+    mixed = ((seed * 1_000_003 + epoch) * 1_000_003 + step) * 1_009 + rank
+    return torch.Generator().manual_seed(mixed % (1 << 63))
 
 
 def prepare(x: torch.Tensor, data: TensorDataset, augment: bool, gen: torch.Generator | None,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import math
 import os
 import types
 import typing
@@ -18,10 +19,15 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar, Union
 
 T = TypeVar("T")
+INT64 = 1 << 63
 
 
 class ConfigError(ValueError):
     """Bad user input: printed as one line by the command line, which then exits with status 2."""
+
+
+class _OutOfRange(ConfigError):
+    """A number of the right type but unusable (non-finite, too large): reported as is, also inside a union."""
 
 
 class FieldError(ValueError):
@@ -100,6 +106,8 @@ def _coerce(value: Any, tp: Any, source: str, key: str) -> Any:
         for arg in typing.get_args(tp):
             try:
                 return _coerce(value, arg, source, key)
+            except _OutOfRange:
+                raise
             except ConfigError:
                 continue
         raise bad_value_error(source, key, value, _describe(tp))
@@ -130,9 +138,17 @@ def _coerce(value: Any, tp: Any, source: str, key: str) -> Any:
             return value
     elif tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
+            # Wider than any C integer torch, SLURM or the OS reads; fields set tighter bounds.
+            if not -INT64 <= value < INT64:
+                raise _OutOfRange(bad_value_error(source, key, value, "an integer that fits in 64 bits"))
             return value
     elif tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
+            # .inf/.nan pass every `> 0` check and then break training or SLURM's request.
+            if isinstance(value, float) and not math.isfinite(value):
+                raise _OutOfRange(bad_value_error(source, key, value, "a finite number"))
+            if isinstance(value, int) and not -INT64 <= value < INT64:
+                raise _OutOfRange(bad_value_error(source, key, value, "a number that fits in 64 bits"))
             return float(value)
     elif tp is str:
         if isinstance(value, str):

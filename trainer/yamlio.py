@@ -107,7 +107,11 @@ def loads(text: str) -> Any:
     """Parse one YAML document with the rules above."""
     if len(text) > MAX_BYTES:
         raise YamlError(f"{len(text)} characters: larger than the {MAX_BYTES} a config may have")
-    loader = _Loader(text)
+    try:
+        # The reader checks the characters as the loader is made (control characters are refused).
+        loader = _Loader(text)
+    except yaml.YAMLError as err:
+        raise YamlError(f"malformed YAML ({str(err).splitlines()[0]})") from None
     try:
         data = loader.get_single_data()
         _check_expanded_size(data)

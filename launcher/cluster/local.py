@@ -60,3 +60,19 @@ def stop(pid: int, grace_s: float = 10.0) -> None:
             os.kill(p, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def rank_pids(controller: int) -> dict[int, int]:
+    """The controller's rank processes now: rank -> pid (from SUBMITIT_LOCAL_GLOBALID in /proc)."""
+    out = {}
+    for pid in children(controller):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        for item in environ:
+            if item.startswith(b"SUBMITIT_LOCAL_GLOBALID="):
+                rank = item.split(b"=", 1)[1]
+                if rank.isdigit() and alive(pid):
+                    out[int(rank)] = pid
+    return out

@@ -25,7 +25,21 @@ class ArgumentParser(argparse.ArgumentParser):
         super().__init__(*args, prog=prog, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(EXIT_BAD_INPUT, f"error: {message} (see {self.prog} --help)\n")
+        self.exit(EXIT_BAD_INPUT, f"error: {one_line(message)} (see {self.prog} --help)\n")
+
+
+# Everything str.splitlines() breaks a line at: a value quoted into an error (a key with a newline,
+# a record separator in a file) must not split the one `error:` line into two.
+_LINE_BREAKS = {c: repr(c)[1:-1] for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"}
+
+
+def one_line(text: str) -> str:
+    """`text` with every line break shown escaped (as repr() would), so it prints as one line."""
+    return "".join(_LINE_BREAKS.get(c, c) for c in str(text))
+
+
+def error_line(message: object) -> str:
+    return f"error: {one_line(str(message))}"
 
 
 def emit(human: str, payload: dict[str, Any], as_json: bool) -> None:

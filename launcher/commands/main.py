@@ -9,11 +9,12 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Callable
 
 from launcher.commands import relay
-from launcher.commands.console import EXIT_BAD_INPUT, EXIT_FAILED, ArgumentParser
+from launcher.commands.console import EXIT_BAD_INPUT, EXIT_FAILED, ArgumentParser, error_line
 from launcher.request.send import PartiallySubmitted
 from trainer.schema import ConfigError
 
@@ -61,6 +62,9 @@ def submit_parser() -> ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    # Run folders hold pickles that submitit and `status` load: what this process writes (and the
+    # local processes and SLURM jobs it starts, which inherit the umask) is private to the user.
+    os.umask(0o077)
     try:
         if argv and argv[0] in COMMANDS:
             return load(COMMANDS[argv[0]])(argv[1:])
@@ -68,10 +72,10 @@ def main(argv: list[str] | None = None) -> int:
         relay.VERBOSE = args.verbose
         return load(RESUME if args.resume else SUBMIT)(args, argv)
     except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(error_line(err), file=sys.stderr)
         return EXIT_BAD_INPUT
     except PartiallySubmitted as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(error_line(err), file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -95,12 +95,12 @@ def _status_text(info: RunInfo, states: list[TaskState], summary: dict[str, Any]
             + ", ".join(f"{n} {s}" for s, n in counts.items()))
     rows = [["task", "state", "restarts", "job id", "wall", metric, "overrides", "error"]]
     for ts in states:
-        result = ts.result or record.read_optional(ts.task_dir / layout.RESULT_FILE)
+        result, broken = _recorded_result(ts)
         value = result.get(metric) if result and ts.state == "completed" else None
         rows.append([str(ts.task), ts.state, str(ts.restarts), ts.job_id or "-", _duration(ts.wall_time_s),
                      f"{value:.4f}" if isinstance(value, (int, float)) else "-", overrides_text(ts.overrides),
                      (f"rank {ts.failed_rank}: " if ts.failed_rank is not None else "") + ts.error
-                     + _waiting_text(ts)])
+                     + _waiting_text(ts) + broken])
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     lines = [head] + ["  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1] for r in rows]
     if summary and summary.get("summary_csv"):
@@ -112,6 +112,17 @@ def _status_text(info: RunInfo, states: list[TaskState], summary: dict[str, Any]
         lines.append(f"resubmit the {len(incomplete)} incomplete task(s) with: "
                      f"python submit.py --resume {relative(info.run_dir)}")
     return "\n".join(line.rstrip() for line in lines)
+
+
+def _recorded_result(ts: TaskState) -> tuple[dict[str, Any] | None, str]:
+    """The task's final metrics, and a note naming its result.json if that file is unreadable
+    (truncated, not JSON, not an object): the state then comes from the scheduler and the pickles."""
+    path = ts.task_dir / layout.RESULT_FILE
+    try:
+        recorded = record.read_result(path) if path.exists() else None
+    except ConfigError as err:
+        return ts.result, f"(unreadable record: {err})"
+    return ts.result or recorded, ""
 
 
 def _waiting_text(ts: TaskState) -> str:

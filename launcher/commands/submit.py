@@ -24,7 +24,7 @@ from launcher.config.profile import Profile
 from launcher.config.resolve import resolve
 from launcher.config.sweep import expand
 from launcher.request import send
-from launcher.request.submission import Point, Submission, build
+from launcher.request.submission import Point, Submission, build, moved
 from launcher.rundir import layout, record
 from trainer.schema import ConfigError
 
@@ -40,7 +40,12 @@ class Plan:
 
     def prepare(self) -> None:
         """Before sbatch: the run folder and what it must hold."""
-        record.create(self.sub.run_dir, self.sub.describe(), ["submit.py", *self.argv])
+        while True:
+            try:
+                record.create(self.sub.run_dir, self.sub.describe(), ["submit.py", *self.argv])
+                break
+            except FileExistsError:  # another submitter made this name since we chose it
+                self.sub = moved(self.sub, layout.next_free(self.sub.run_dir))
         record.write_tasks(self.sub.run_dir, [{"task": t.task, "overrides": t.overrides, "job": asdict(t.job),
                                                "run_dir": t.settings.run_dir} for t in self.sub.tasks])
 
@@ -68,6 +73,7 @@ class Plan:
 def plan_submission(profile: Profile, points: list[Point], run_dir: Path, is_sweep: bool, source: str,
                     after: str | None) -> Submission:
     """Local checks, the --after dependency, and the submission as data (new runs and --resume alike)."""
+    checks.check_writable_folder(run_dir.parent, "profile.runs_dir", "the run folder")
     for point in points:
         checks.check_local(profile, point.job, source)
     if after and profile.executor != "slurm":
@@ -80,12 +86,18 @@ def execute(plan: Plan, args: argparse.Namespace) -> int:
     chunk = None
     if sub.executor == "slurm":
         # --dry-run still shows the script where the cluster cannot be asked (a laptop).
-        chunk = limits.check(sub.slurm_request, sub.profile.max_array_size, plan.source, required=not args.dry_run)
+        chunk = limits.check(sub.slurm_request, sub.profile.max_array_size, plan.source, required=not args.dry_run,
+                             tasks=len(sub.tasks))
     if args.dry_run:
         return dry_run(plan, args.json, chunk)
     plan.prepare()
+    sub = plan.sub  # (prepare may have moved it to a free run folder name)
     jobs = send.send(sub, chunk, on_queued=plan.record)
-    return plan.report(jobs, args.json)
+    try:
+        return plan.report(jobs, args.json)
+    finally:
+        if sub.executor != "slurm":
+            layout.drop_log_template(sub.run_dir)
 
 
 def submit(args: argparse.Namespace, argv: list[str]) -> int:

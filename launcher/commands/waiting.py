@@ -9,12 +9,16 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
+import pickle
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from launcher.cluster import local
 from launcher.cluster.slurm import srun
 from launcher.commands import relay as relay_settings
 from launcher.commands.console import EXIT_FAILED, EXIT_OK, emit, relative
@@ -52,6 +56,12 @@ def _missing_result(rank: int, task: Any, state: str, reported: dict[int, str]) 
     return rank, short, text
 
 
+def _is_local(job: Any) -> bool:
+    from submitit.local.local import LocalJob  # submitit only once a job is being waited for
+
+    return isinstance(job, LocalJob) and str(job.job_id).isdigit()
+
+
 def _is_scheduled(job: Any) -> bool:
     """SLURM and local jobs run elsewhere and leave result files; debug jobs run when asked."""
     from submitit.local.debug import DebugJob  # submitit only once a job is being waited for
@@ -70,6 +80,55 @@ def _ended(job: Any, force: bool) -> str:
     return str(job.watcher.get_state(job.job_id, mode="cache")) if job.watcher.is_done(job.job_id, mode="force") else ""
 
 
+class LocalFailFast:
+    """On the local executor, end a run as soon as one rank has failed: a rank that dies before the
+    process group forms would leave its peers waiting `init_timeout_s` in the rendezvous (SLURM has
+    srun --kill-on-bad-exit for this). A rank failed when it left an error result, or when its
+    process is gone without a result for `gone_s` while a peer still runs (a requeue ends every
+    rank within moments and starts new ones, so it is not mistaken for a failure)."""
+
+    def __init__(self, job: Any, tasks: list[Any], gone_s: float = 5.0) -> None:
+        self.job, self.tasks, self.gone_s = job, tasks, gone_s
+        self.gone: dict[int, float] = {}
+        self.failed: int | None = None
+
+    def check(self) -> bool:
+        """True once a rank has failed and the run was stopped."""
+        if self.failed is not None or len(self.tasks) < 2:
+            return self.failed is not None
+        now = time.monotonic()
+        running = local.rank_pids(int(self.job.job_id))
+        for rank, task in enumerate(self.tasks):
+            result = Path(task.paths.result_pickle)
+            if result.exists():
+                if _is_error(result):
+                    return self._stop(rank, running)
+                continue
+            if rank in running:
+                self.gone.pop(rank, None)
+            elif any(r != rank for r in running):  # (the controller starts all ranks at once)
+                if now - self.gone.setdefault(rank, now) >= self.gone_s:
+                    return self._stop(rank, running)
+        return False
+
+    def _stop(self, rank: int, running: dict[int, int]) -> bool:
+        """Kill the surviving ranks (they wait for the dead one; nothing of theirs is lost): the
+        controller then sees every task end and exits as after any failure."""
+        self.failed = rank
+        for pid in running.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        return True
+
+
+def _is_error(path: Path) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            return pickle.load(fh)[0] != "success"
+    except Exception:  # noqa: BLE001 - being written: the next poll reads it whole
+        return False
+
+
 def wait(job: Any, poll_s: float = 1.0, force_every_s: float = 5.0, grace_s: float = 3.0) -> Outcome:
     """Wait for every task of a submitit job; rank 0's result, with all ranks' node names.
 
@@ -80,9 +139,12 @@ def wait(job: Any, poll_s: float = 1.0, force_every_s: float = 5.0, grace_s: flo
     num_tasks = getattr(job, "num_tasks", 1)
     tasks = [job] if num_tasks <= 1 else [job.task(k) for k in range(num_tasks)]
     state = ""
+    failfast = LocalFailFast(job, tasks) if _is_local(job) else None
     if _is_scheduled(job):
         last_force = 0.0
         while not all(Path(t.paths.result_pickle).exists() for t in tasks):
+            if failfast is not None:
+                failfast.check()
             now = time.time()
             force = now - last_force >= force_every_s
             last_force = now if force else last_force
@@ -106,7 +168,7 @@ def wait(job: Any, poll_s: float = 1.0, force_every_s: float = 5.0, grace_s: flo
         except Exception as err:  # noqa: BLE001 - any task failure is reported, not raised
             failures.append((rank, *error_text(str(err), type(err).__name__)))
     if failures:
-        first_dead = srun_lines[0][0] if srun_lines else None
+        first_dead = srun_lines[0][0] if srun_lines else (failfast.failed if failfast else None)
         return Outcome(None, root_cause_first(failures, first_dead))
     result = dict(returned[0])
     result["nodes"] = [r.get("node", "") for r in returned]

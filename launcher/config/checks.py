@@ -25,6 +25,8 @@ def check_data(profile: Profile, job: JobConfig) -> None:
         return
     root = Path(job.data_dir or profile.data_dir).expanduser()
     key = "job.data_dir" if job.data_dir else "profile.data_dir"
+    if job.download and not (root / CIFAR_FOLDER).is_dir():
+        check_writable_folder(root, key, "the download")
     if job.data_dir and not root.is_dir():
         raise ConfigError(f"{key}: data folder {str(root)!r} does not exist; point it at the folder that holds "
                           f"'{CIFAR_FOLDER}' (or leave it empty to use the profile's data_dir)")
@@ -36,3 +38,26 @@ def check_data(profile: Profile, job: JobConfig) -> None:
 def cuda_visible_here() -> bool:
     """Whether this machine has an NVIDIA driver, without importing torch (keeps the submitter fast)."""
     return os.path.exists("/dev/nvidiactl") or os.path.exists("/proc/driver/nvidia/version")
+
+
+def check_writable_folder(path: Path, key: str, what: str) -> None:
+    """`path` is (or can be made) a folder we may write: not under a regular file, not read-only.
+
+    Checked before anything is queued; otherwise the run folder or the download fails later, on
+    this machine as a traceback or on a node after the job waited in the queue."""
+    path = Path(path).expanduser()
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        if probe.is_symlink():  # a dangling link: mkdir would fail on it
+            break
+        probe = probe.parent
+    if probe.exists() and not probe.is_dir():
+        under = "is" if probe == path else f"is under {str(probe)!r}, which is"
+        raise ConfigError(f"{key}: {str(path)!r} {under} a file, not a folder; {what} needs a folder there")
+    if not probe.exists():
+        raise ConfigError(f"{key}: {str(path)!r} cannot be created ({str(probe)!r} is a broken link)")
+    # access() answers for this user and also says EROFS on a read-only mount (even for root).
+    if not os.access(probe, os.W_OK | os.X_OK):
+        which = "" if probe == path else f" (its nearest existing folder {str(probe)!r})"
+        raise ConfigError(f"{key}: {str(path)!r}{which} is not writable here (read-only or not yours); "
+                          f"{what} needs a folder it can write")

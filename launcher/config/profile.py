@@ -6,6 +6,7 @@ One task is one process is one rank. On GPU profiles that means one task per GPU
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -98,6 +99,14 @@ class Profile:
             require(getattr(self, key) > 0, key, getattr(self, key), "an integer > 0")
         for key in ("gpus_per_node", "signal_delay_s", "max_timeout_requeues", "checkpoint_every_steps"):
             require(getattr(self, key) >= 0, key, getattr(self, key), "an integer >= 0")
+        for key, most in _UPPER_BOUNDS.items():
+            value = getattr(self, key)
+            require(value is None or value <= most, key, value, f"at most {most} ({_BOUND_WHY[most]})")
+        # SLURM keeps a time limit in minutes and memory in MB as 32-bit fields.
+        require(self.time_min <= 2**31 - 1, "time", self.time,
+                f"at most {2**31 - 1} minutes ({_BOUND_WHY[2**31 - 1]})")
+        require(self.mem_per_task_mb * self.tasks_per_node <= 2**31 - 1, "mem_per_task", self.mem_per_task,
+                f"at most {2**31 - 1} MB per node ({_BOUND_WHY[2**31 - 1]})")
         require(self.max_array_size is None or self.max_array_size > 0, "max_array_size", self.max_array_size,
                 "an integer > 0 or null")
         require(self.signal_delay_s < self.time_min * 60, "signal_delay_s", self.signal_delay_s,
@@ -117,6 +126,10 @@ class Profile:
         for key in self.sbatch_extra:
             require(re.fullmatch(r"[a-z][a-z0-9-]*", key) is not None, f"sbatch_extra.{key}", key,
                     "an sbatch long option name such as 'mail-type'")
+            modelled = modelled_sbatch_option(key)
+            require(modelled is None, f"sbatch_extra.{key}", self.sbatch_extra[key],
+                    f"no value here: --{key} would change {modelled}, which the profile sets (the trainer "
+                    f"expects the world size and paths the profile describes); set {modelled} instead")
         for key, value in [("python", self.python), ("container", self.container),
                            *((f"container_binds[{i}]", b) for i, b in enumerate(self.container_binds))]:
             require(re.search(r"[\x00-\x1f\x7f]", value) is None, key, value, "single-line text")
@@ -126,6 +139,11 @@ class Profile:
                 "empty for the debug executor (it runs in this process)")
         require(not self.container or self.executor == "slurm", "container", self.container,
                 "empty unless executor is slurm (containers start through srun)")
+        if self.executor != "slurm":
+            # Setup lines are shell commands for a batch script; on this machine there is none, and
+            # running them here would change the submitter's own shell state for nothing.
+            require(not self.setup, "setup", self.setup, f"[] for the {self.executor} executor (setup lines run "
+                    f"only in SLURM batch scripts; prepare this machine in your shell, or use a slurm profile)")
         for key in ("partition", "account", "qos"):
             value = getattr(self, key)
             require(re.fullmatch(r"[A-Za-z0-9_.-]*", value) is not None, key, value,
@@ -161,7 +179,10 @@ class Profile:
 
 # Former key names that still read: each maps to its new key and turns the old value into the new one.
 RENAMED = {"time_min": ("time", lambda v: v),
-           "mem_per_task_gb": ("mem_per_task", lambda v: v if v is None else f"{v}G")}
+           # A number of GB becomes "<n>G"; anything else (text, a non-finite number) is left for
+           # mem_per_task's own check to name.
+           "mem_per_task_gb": ("mem_per_task", lambda v: f"{v}G" if isinstance(v, (int, float)) and not
+                               isinstance(v, bool) and math.isfinite(v) else v)}
 
 
 def renamed_keys(data: dict[str, Any], source: str, scope: str = "") -> dict[str, Any]:
@@ -205,6 +226,44 @@ def paths_relative_to(data: dict[str, Any], base: Path) -> dict[str, Any]:
 
 
 IMAGE_FILES = (".sif", ".simg", ".sqsh", ".squashfs", ".img")
+
+
+# SLURM stores these in 16-bit fields (cpus per task, tasks per node, GRES counts, the --signal
+# delay) or 32-bit ones (node counts, minutes); beyond them sbatch fails or silently wraps.
+_UPPER_BOUNDS = {"nodes": 2**31 - 1, "tasks_per_node": 65535, "cpus_per_task": 65535, "gpus_per_node": 65535,
+                 "signal_delay_s": 65535, "max_timeout_requeues": 2**31 - 1,
+                 "checkpoint_every_steps": 2**31 - 1, "array_parallelism": 2**31 - 1,
+                 "max_array_size": 2**31 - 1, "init_timeout_s": 2**31 - 1, "collective_timeout_s": 2**31 - 1}
+_BOUND_WHY = {65535: "a 16-bit SLURM field", 2**31 - 1: "a 32-bit field"}
+
+# sbatch options the profile models, and the profile key that sets each. An `sbatch_extra` line
+# for one of them would make SLURM start another world size, time limit or log path than the
+# trainer and the run folder expect. sbatch accepts unique prefixes of long options ("--node=3"),
+# so a key that abbreviates one of these is refused too.
+MODELLED_SBATCH_OPTIONS = {
+    "nodes": "nodes", "ntasks": "nodes x tasks_per_node", "ntasks-per-node": "tasks_per_node",
+    "tasks-per-node": "tasks_per_node", "ntasks-per-core": "tasks_per_node", "ntasks-per-socket": "tasks_per_node",
+    "ntasks-per-gpu": "tasks_per_node", "cpus-per-task": "cpus_per_task", "cpus-per-gpu": "cpus_per_task",
+    "mincpus": "cpus_per_task", "gpus": "gpus_per_node", "gpus-per-node": "gpus_per_node",
+    "gpus-per-task": "gpus_per_node", "gpus-per-socket": "gpus_per_node", "gres": "gpus_per_node",
+    "mem": "mem_per_task_gb", "mem-per-cpu": "mem_per_task_gb", "mem-per-gpu": "mem_per_task_gb",
+    "time": "time_min", "time-min": "time_min", "partition": "partition", "account": "account", "qos": "qos",
+    "constraint": "constraint", "signal": "signal and signal_delay_s", "array": "the sweep (one array task per point)",
+    "output": "the run folder's logs (submitit's layout)", "error": "the run folder's logs (submitit's layout)",
+    "input": "the run folder's logs (submitit's layout)", "open-mode": "the run folder's logs (submitit's layout)",
+    "job-name": "job.name", "chdir": "the run folder's logs (submitit's layout)",
+    "dependency": "--after", "requeue": "max_timeout_requeues (runs are always requeueable)",
+    "no-requeue": "max_timeout_requeues (runs are always requeueable)", "wrap": "the job script",
+    "distribution": "tasks_per_node (one rank per task)", "export": "env", "get-user-env": "env",
+}
+
+
+def modelled_sbatch_option(key: str) -> str | None:
+    """The profile key behind sbatch option --KEY (or an abbreviation of one), None if it has none."""
+    if key in MODELLED_SBATCH_OPTIONS:
+        return MODELLED_SBATCH_OPTIONS[key]
+    longer = [name for name in MODELLED_SBATCH_OPTIONS if name.startswith(key)]
+    return " / ".join(dict.fromkeys(MODELLED_SBATCH_OPTIONS[n] for n in longer)) if longer else None
 
 
 def find_profile_file(name: str, relative_to: Path | None = None) -> Path:

@@ -10,7 +10,7 @@ from typing import Any
 from launcher.config.profile import Profile, find_profile_file, paths_relative_to, renamed_keys
 from trainer import filepaths, yamlio
 from trainer.config import JOB_PATH_KEYS, JobConfig, find_job_file, prepare_job_file
-from trainer.schema import ConfigError, build, field_names, load_with_extends, unknown_key_error
+from trainer.schema import ConfigError, build, deep_merge, field_names, load_with_extends, unknown_key_error
 
 SCOPES = ("job", "profile")
 
@@ -47,8 +47,11 @@ def parse_overrides(items: list[str]) -> dict[str, dict[str, Any]]:
                               f"(for example --set job.epochs=3)")
         if scope not in SCOPES:
             raise ConfigError(f"--set {item}: '{scope}' is not a scope; use one of: job, profile")
+        if any(not part for part in name.split(".")):
+            raise ConfigError(f"--set {item}: '{key}' has an empty part; write KEY as job.FIELD or "
+                              f"profile.FIELD[.NAME]")
         if name in strings[scope]:
-            _set_dotted(out[scope], name, raw)
+            _set_dotted(out[scope], name, raw, item)
             continue
         try:
             value = yamlio.scalar(raw)
@@ -56,14 +59,23 @@ def parse_overrides(items: list[str]) -> dict[str, dict[str, Any]]:
             raise ConfigError(f"--set {item}: value {raw!r} is not a valid YAML scalar ({err})") from None
         if isinstance(value, (dict, list)) and name not in ("setup", "env", "sbatch_extra", "extra", "container_binds"):
             raise ConfigError(f"--set {item}: value must be a single scalar, got {type(value).__name__}")
-        _set_dotted(out[scope], name, value)
+        _set_dotted(out[scope], name, value, item)
     return out
 
 
-def _set_dotted(target: dict[str, Any], dotted: str, value: Any) -> None:
+def _set_dotted(target: dict[str, Any], dotted: str, value: Any, item: str) -> None:
+    """Set one `--set` key. Two `--set`s that disagree on whether a key is a mapping (`env=x` and
+    `env.A=1`, in either order) are refused: one would silently undo the other."""
     parts = dotted.split(".")
-    for part in parts[:-1]:
+    for depth, part in enumerate(parts[:-1]):
         target = target.setdefault(part, {})
+        if not isinstance(target, dict):
+            scalar_key = ".".join(parts[:depth + 1])
+            raise ConfigError(f"--set {item}: '{scalar_key}' was already set to the value {target!r} by another "
+                              f"--set, so it cannot also hold '{parts[depth + 1]}'; give one or the other")
+    if isinstance(target.get(parts[-1]), dict):
+        raise ConfigError(f"--set {item}: '{dotted}' already holds keys set by other --set options "
+                          f"({', '.join(target[parts[-1]])}); give one or the other")
     target[parts[-1]] = value
 
 
@@ -86,7 +98,8 @@ def load_profile(name: str, overrides: dict[str, Any] | None = None) -> tuple[Pr
     path = find_profile_file(name)
     data, source = load_with_extends(path, lambda p, rel: find_profile_file(p, rel), prepare_profile_file)
     data.setdefault("name", path.stem)
-    data.update(overrides)
+    # Merged, not replaced: `--set profile.env.A=1` adds A to the file's env instead of dropping the rest.
+    data = deep_merge(data, overrides)
     source = _described(source, overrides, "profile")
     return build(Profile, data, source), source
 
@@ -112,7 +125,7 @@ def resolve(profile_name: str, job_name: str, sets: list[str]) -> Resolved:
     sweep = job_data.pop("sweep", None)
     job_data.setdefault("name", job_path.stem)
     _check_keys(overrides["job"], JobConfig, "job")
-    job_data.update(filepaths.relative_to(overrides["job"], JOB_PATH_KEYS, Path.cwd()))
+    job_data = deep_merge(job_data, filepaths.relative_to(overrides["job"], JOB_PATH_KEYS, Path.cwd()))
     job_source = _described(job_source, overrides["job"], "job")
     job = build(JobConfig, job_data, job_source)
     if sweep is not None and not isinstance(sweep, dict):

@@ -13,12 +13,17 @@
 from __future__ import annotations
 
 import itertools
+import json
+import math
 from typing import Any
 
 from trainer.config import JobConfig
 from trainer.schema import ConfigError, build, field_names, unknown_key_error
 
 SWEEP_KEYS = ("grid", "tasks")
+# The most tasks one sweep may have (README, "Sweeps"). Bounded so that a typo in a grid fails at
+# once instead of building millions of jobs; the live preflight then checks the cluster's limits.
+MAX_SWEEP_TASKS = 10_000
 
 
 def expand(job_data: dict[str, Any], sweep: dict[str, Any], source: str) -> list[tuple[JobConfig, dict[str, Any]]]:
@@ -38,17 +43,33 @@ def expand(job_data: dict[str, Any], sweep: dict[str, Any], source: str) -> list
             raise unknown_key_error(source, f"sweep.grid.{key}", valid)
         if not isinstance(values, list) or not values:
             raise ConfigError(f"{source}: key 'sweep.grid.{key}' must be a non-empty list of values, got {values!r}")
+    # Counted before anything is built: a grid of a few short lists can name billions of points.
+    size = math.prod(len(v) for v in grid.values()) if grid else 0
+    if size + len(listed) > MAX_SWEEP_TASKS:
+        shape = " x ".join(str(len(v)) for v in grid.values()) or "0"
+        raise ConfigError(f"{source}: key 'sweep' defines {size + len(listed)} tasks (grid {shape} = {size}, plus "
+                          f"{len(listed)} listed); a sweep may have at most {MAX_SWEEP_TASKS}: split it, or narrow "
+                          f"the grid")
     points = [dict(zip(grid, combo)) for combo in itertools.product(*grid.values())] if grid else []
     points += [dict(t) for t in listed]
     if not points:
         raise ConfigError(f"{source}: key 'sweep' defines no tasks; give 'grid' and/or 'tasks'")
     jobs = []
+    seen: dict[str, int] = {}
     for index, overrides in enumerate(points):
         for key in overrides:
             if key not in valid:
                 raise unknown_key_error(source, f"sweep.tasks[{index}].{key}", valid)
         data = {**job_data, **overrides}
-        jobs.append((build(JobConfig, data, f"{source} (sweep task {index}: {overrides})"), overrides))
+        job = build(JobConfig, data, f"{source} (sweep task {index}: {overrides})")
+        # The same job twice trains the same thing twice (bitwise, with deterministic: true) and makes
+        # the summary's rows ambiguous; a repeat on purpose differs in its seed.
+        key = json.dumps(vars(job), sort_keys=True, default=str)
+        if key in seen:
+            raise ConfigError(f"{source}: key 'sweep': task {index} {overrides} is the same job as task "
+                              f"{seen[key]} {points[seen[key]]}; each point once (vary 'seed' to repeat a run)")
+        seen[key] = index
+        jobs.append((job, overrides))
     return jobs
 
 

@@ -38,10 +38,12 @@ class PartiallySubmitted(RuntimeError):
 
 
 @contextlib.contextmanager
-def submission_environment(slurm_conf: str, code_dir: Path | None = None) -> Iterator[None]:
+def submission_environment(slurm_conf: str, code_dir: Path | None = None,
+                           extra: dict[str, str] | None = None) -> Iterator[None]:
     """Submit with a clean environment: a submitter running inside a job must not pass that job's
     SLURM_*/RANK/MASTER_* variables on (sbatch exports the caller's environment to the new job,
-    and the local executor copies it into its processes).
+    and the local executor copies it into its processes). `extra`: the profile's `env` for the
+    local and debug executors, which have no batch script to export it.
 
     `code_dir`: the run's code snapshot (launcher/rundir/snapshot.py). The tasks import from it: it
     is their PYTHONPATH and their working directory (sbatch and the local executor start jobs in the
@@ -49,10 +51,11 @@ def submission_environment(slurm_conf: str, code_dir: Path | None = None) -> Ite
     saved, cwd = dict(os.environ), os.getcwd()
     os.environ.clear()
     os.environ.update(slurm_env(slurm_conf, saved))
+    os.environ.update(extra or {})
     # The task unpickles launcher.node.TrainTask wherever it runs: make the project importable there
     # even when the submitter was started from another folder and the project is not installed.
     code = str(code_dir or PROJECT_ROOT)
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (code, saved.get("PYTHONPATH", "")) if p)
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (code, os.environ.get("PYTHONPATH", "")) if p)
     try:
         if code_dir is not None:
             os.chdir(code_dir)
@@ -149,7 +152,8 @@ def _queue(sub: Submission, calls: list[Callable[[], Any]], chunk_size: int | No
         if (sub.run_dir / RUN_FILE).is_file():
             update_record(sub.run_dir, code=snapshot.read_note(sub.run_dir))
     try:
-        with submission_environment(sub.slurm_conf, code_dir), holding:
+        local_env = sub.profile.env if sub.executor != "slurm" else {}
+        with submission_environment(sub.slurm_conf, code_dir, local_env), holding:
             size = chunk_size or len(calls)
             for start in range(0, len(calls), size):
                 if len(calls) > 1:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import shlex
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -134,3 +134,11 @@ def build(profile: Profile, points: list[Point], run_dir: Path, is_sweep: bool,
         python = shlex.quote(profile.python) if profile.python else None
     return Submission(profile.executor, run_dir, log_dir(run_dir), profile, tasks, params,
                       profile.slurm_conf_file, list(after or []), python)
+
+
+def moved(sub: Submission, run_dir: Path) -> Submission:
+    """The same submission under another (not yet existing) run folder: a concurrent submitter took
+    the name first (two runs of one job started in the same second)."""
+    tasks = [replace(t, settings=replace(t.settings, run_dir=str(task_dir(run_dir, t.task, sub.is_array))))
+             for t in sub.tasks]
+    return replace(sub, run_dir=run_dir, log_dir=log_dir(run_dir), tasks=tasks)

@@ -19,10 +19,12 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
 from trainer import events
+from trainer.schema import ConfigError
 
 RUN_FILE = "run.json"
 TASKS_FILE = "tasks.json"
@@ -37,15 +39,62 @@ SUMMARY_CSV, SUMMARY_MD, SUMMARY_PNG = "summary.csv", "summary.md", "summary.png
 LOGS_DIR = "logs"
 
 
+# Room left in a run folder's name for the "-N" suffix of a second run in the same second.
+_SUFFIX_ROOM = 6
+# What a run folder holds below its own name, at most (task-NNNN/logs/<array id>/<id>_<rank>_result.pkl).
+_DEEPEST = 120
+
+
 def new_run_dir(runs_root: Path, job_name: str, profile_name: str) -> Path:
-    """A fresh, not yet existing folder name (created only when the run is submitted)."""
+    """A fresh, not yet existing folder name (created only when the run is submitted).
+
+    A name longer than the file system allows (NAME_MAX, usually 255 bytes) would fail only when
+    the folder is made, or, for the path as a whole (PATH_MAX), when a task writes its logs on
+    the node: both are refused here as bad input naming job.name."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    base = runs_root.expanduser().resolve() / f"{stamp}-{_safe(job_name)}-{_safe(profile_name)}"
+    name = f"{stamp}-{_safe(job_name)}-{_safe(profile_name)}"
+    root = runs_root.expanduser().resolve()
+    name_max, path_max = _limits(root)
+    if len(name.encode()) + _SUFFIX_ROOM > name_max:
+        raise ConfigError(f"job.name: {_short(job_name)} ({len(job_name.encode())} bytes) with profile "
+                          f"{_short(profile_name)} makes the run folder name {len(name.encode())} bytes long; "
+                          f"the file system allows {name_max - _SUFFIX_ROOM - len(stamp) - 2} for both together "
+                          f"({name_max} per name); use a shorter job.name")
+    if len(str(root / name).encode()) + _SUFFIX_ROOM + _DEEPEST > path_max:
+        raise ConfigError(f"profile.runs_dir: {_short(str(root))} is too deep: the run folder's files would have "
+                          f"paths longer than the {path_max} bytes the file system allows; use a shorter runs_dir")
+    return next_free(root / name)
+
+
+def next_free(base: Path) -> Path:
+    """`base`, or `base-2`, `base-3`, ... : the first name not taken yet."""
     path, n = base, 1
     while path.exists():
         n += 1
         path = base.with_name(f"{base.name}-{n}")
     return path
+
+
+def _limits(root: Path) -> tuple[int, int]:
+    """NAME_MAX and PATH_MAX where the run folder will be (asked of the nearest existing folder)."""
+    probe = root
+    while not _exists(probe) and probe != probe.parent:
+        probe = probe.parent
+    try:
+        return os.pathconf(probe, "PC_NAME_MAX"), os.pathconf(probe, "PC_PATH_MAX")
+    except (OSError, ValueError):
+        return 255, 4096
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except OSError:  # a name too long to even look up
+        return False
+
+
+def _short(text: str, most: int = 40) -> str:
+    return repr(text if len(text) <= most else text[:most] + "...")
 
 
 def _safe(name: str) -> str:
@@ -59,6 +108,15 @@ def task_dir(run_dir: Path, task: int, is_sweep: bool) -> Path:
 
 def log_dir(run_dir: Path) -> Path:
     return run_dir / LOGS_DIR
+
+
+def drop_log_template(run_dir: Path) -> None:
+    """submitit's local controller makes its folder template (logs/%j/) literally, next to the real
+    logs/<pid>/; it stays empty. rmdir removes only an empty folder."""
+    try:
+        (log_dir(run_dir) / "%j").rmdir()
+    except OSError:
+        pass
 
 
 def job_log_dir(run_dir: Path, job_id: str) -> Path:

@@ -7,12 +7,15 @@ connections, collective timeouts, srun's kill-on-bad-exit) and are listed after 
 
 from __future__ import annotations
 
+import os
 import pickle
+import stat
 from pathlib import Path
 from typing import Any
 
 from launcher.rundir.layout import result_pickles
 from launcher.cluster.said import last_line
+from trainer.schema import ConfigError
 
 # What a rank that died of a peer's failure reports.
 SYMPTOMS = ("timed out", "Timeout", "Connection closed", "Connection reset", "Broken pipe",
@@ -46,7 +49,10 @@ def root_cause_first(failures: list[Failure], first_dead: int | None = None) -> 
 def read_outcomes(run_dir: Path, job_id: str) -> dict[int, tuple[str, Any]]:
     """Each rank's ("success", result) or ("error", traceback) from submitit's result pickles."""
     out: dict[int, tuple[str, Any]] = {}
-    for path in result_pickles(run_dir, job_id):
+    pickles = result_pickles(run_dir, job_id)
+    if pickles:
+        check_private(run_dir, pickles[0].parent)
+    for path in pickles:
         rank = path.name[len(job_id) + 1:].split("_", 1)[0]
         try:
             with open(path, "rb") as fh:
@@ -56,6 +62,30 @@ def read_outcomes(run_dir: Path, job_id: str) -> dict[int, tuple[str, Any]]:
         if rank.isdigit():
             out[int(rank)] = (str(kind), value)
     return out
+
+
+def check_private(run_dir: Path, folder: Path) -> None:
+    """Unpickling runs code: refuse pickles in a folder that someone else could have written.
+
+    Run folders are made 0700 (the submitter and every task use umask 077), so this only fires
+    for a folder whose mode was changed, or one made by another user."""
+    me = os.geteuid()
+    chain = [run_dir]
+    for part in folder.relative_to(run_dir).parts:
+        chain.append(chain[-1] / part)
+    for path in chain:
+        if path in _CHECKED:
+            continue
+        info = path.stat()
+        if info.st_uid not in (me, 0) or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise ConfigError(f"{path}: writable by others (mode {stat.filemode(info.st_mode)}, owner uid "
+                              f"{info.st_uid}); refusing to load the result pickles under it, since anyone who "
+                              f"can write there can run code as you. If you trust its contents: chmod -R go-w "
+                              f"{run_dir}")
+        _CHECKED.add(path)
+
+
+_CHECKED: set[Path] = set()
 
 
 def failure_of(outcomes: dict[int, tuple[str, Any]]) -> tuple[int, str] | None:

@@ -61,6 +61,7 @@ def read_optional(path: Path) -> dict[str, Any] | None:
 
 def create(run_dir: Path, description: dict[str, Any], argv: list[str]) -> None:
     run_dir.mkdir(parents=True, exist_ok=False)
+    run_dir.chmod(0o700)  # private whatever the umask: it will hold pickles that get loaded
     (run_dir / PROFILE_FILE).write_text(yaml.safe_dump(description["profile"], sort_keys=False))
     job = dict(description["job"])
     job["global_batch_size"] = description["global_batch_size"]  # shown, not read back
@@ -86,6 +87,19 @@ def write_result(folder: Path, result: dict[str, Any], **fields: Any) -> None:
     """`result.json` in a run's or a task's folder: the final metrics and how the run ended."""
     folder.mkdir(parents=True, exist_ok=True)
     write_json(folder / RESULT_FILE, {**result, "state": "COMPLETED", **fields})
+
+
+_NUMBERS = ("test_accuracy", "test_loss", "train_loss", "images_per_second", "epochs", "world_size", "restarts")
+
+
+def read_result(path: Path) -> dict[str, Any]:
+    """A result.json, its metrics checked to be numbers (ConfigError naming the file otherwise)."""
+    result = read_json(path)
+    for key in _NUMBERS:
+        value = result.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ConfigError(f"{path}: key '{key}' has invalid value {value!r}; expected a number")
+    return result
 
 
 def write_failure(folder: Path, rank: int | None, error: str) -> None:

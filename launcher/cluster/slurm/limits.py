@@ -14,6 +14,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from launcher.cluster.slurm import capacity
 from launcher.cluster.slurm.env import slurm_env
 from launcher.cluster.slurm.sbatch import SlurmRequest
 from launcher.cluster.said import last_line
@@ -235,9 +236,11 @@ def check_request(profile: SlurmRequest, partitions: dict[str, Partition], sourc
     return part
 
 
-def check(request: SlurmRequest, max_array_size: int | None, source: str, required: bool = True) -> int | None:
+def check(request: SlurmRequest, max_array_size: int | None, source: str, required: bool = True,
+          tasks: int = 1) -> int | None:
     """Raise ConfigError for requests the cluster can never satisfy; return the array chunk size
     (the most tasks one job array may hold: the profile's max_array_size, capped by the cluster's).
+    `tasks` jobs must also fit in the queue now (`capacity`), so a sweep is refused whole, not in part.
 
     With `required=False` (--dry-run) a cluster that cannot be asked is noted on stderr and skipped,
     so the script can still be shown on a machine without SLURM; violations are still errors."""
@@ -252,5 +255,6 @@ def check(request: SlurmRequest, max_array_size: int | None, source: str, requir
         print(f"note: preflight against the cluster skipped: {err}", file=sys.stderr)
         return max_array_size
     check_request(request, parse_partitions(partitions_text, nodes_text), source)
+    capacity.check_room(tasks, request.account, config_text, env, source)
     limits = [n for n in (max_array_size, max_array_tasks(config_text)) if n]
     return min(limits) if limits else None
