@@ -110,3 +110,36 @@ def test_local_profile_dry_run(capsys: pytest.CaptureFixture[str]) -> None:
     assert (shown["executor"], shown["world_size"], shown["global_batch_size"]) == ("local", 2, 64)
     assert shown["job"]["name"] == "digits" and shown["profile"]["name"] == "local"
     assert "sbatch_script" not in shown or not shown["sbatch_script"]
+
+
+SWEEP_ERRORS = [
+    ("grd: {lr: [0.1]}", ["unknown key 'sweep.grd'", "grid", "tasks"]),
+    ("grid: [0.1, 0.2]", ["key 'sweep.grid' must map job keys to lists of values"]),
+    ("tasks: [0.1]", ["key 'sweep.tasks' must be a list of mappings of job keys to values"]),
+    ("tasks: {lr: 0.1}", ["key 'sweep.tasks' must be a list of mappings"]),
+    ("grid: {lr: []}", ["key 'sweep.grid.lr' must be a non-empty list of values, got []"]),
+    ("grid: {lr: 0.1}", ["key 'sweep.grid.lr' must be a non-empty list of values, got 0.1"]),
+    ("grid: {}", ["key 'sweep' defines no tasks; give 'grid' and/or 'tasks'"]),
+    ("tasks: [{lr: 0.1}, {lrr: 1}]", ["unknown key 'sweep.tasks[1].lrr'", "lr"]),
+    ("tasks: [{epochs: -1}]", ["sweep task 0: {'epochs': -1}", "'epochs'", "-1"]),
+]
+
+
+@pytest.mark.parametrize("sweep,expected", SWEEP_ERRORS, ids=[c[0] for c in SWEEP_ERRORS])
+def test_a_bad_sweep_names_the_file_and_the_key(tmp_path: Path, capsys: pytest.CaptureFixture[str], sweep: str,
+                                                expected: list[str]) -> None:
+    job = write(tmp_path / "s.yaml", f"extends: digits\nsweep: {{{sweep}}}\n")
+    code, out, err = call(["--profile", "slurm-cpu", "--job", job, "--dry-run"], capsys)
+    assert code == 2, out + err
+    (line,) = err.strip().splitlines()
+    assert line.startswith(f"error: {job}"), line
+    for text in expected:
+        assert text in line, f"{text!r} not in {line!r}"
+
+
+def test_a_relative_slurm_conf_is_relative_to_the_project_not_the_working_folder(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    profile = write(tmp_path / "p.yaml", "extends: slurm-cpu\nslurm_conf: nowhere/slurm.conf\n")
+    shown = dry_run(["--profile", profile], capsys)
+    root = Path(__file__).resolve().parent.parent
+    assert f"export SLURM_CONF={root / 'nowhere' / 'slurm.conf'}" in script_lines(shown)
