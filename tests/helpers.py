@@ -17,9 +17,10 @@ SUBMIT = str(ROOT / "submit.py")
 
 
 def run_submit(args: list[str], cwd: Path, timeout: float = 300, env: dict[str, str] | None = None,
-               stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    """`python submit.py ARGS` with `cwd` as the working directory (its runs/ is where runs go)."""
-    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+               stdin: str | None = None, unset: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    """`python submit.py ARGS` with `cwd` as the working directory (its runs/ is where runs go), this
+    process's environment plus `env`, less the variables named in `unset`."""
+    full_env = {k: v for k, v in {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}.items() if k not in unset}
     return subprocess.run([sys.executable, SUBMIT, *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env=full_env, input=stdin if stdin is not None else "")
 

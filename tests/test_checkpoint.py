@@ -135,8 +135,11 @@ def test_checkpoint_cadence_is_the_profiles_unless_the_job_sets_one(tmp_path: Pa
 
 @pytest.mark.parametrize("profile", ["slurm-cpu", "slurm-gpu", "dev-cluster"])
 def test_slurm_profiles_checkpoint_by_default_and_the_job_can_change_it(tmp_path: Path, profile: str) -> None:
-    shown = last_json(run_submit(["--profile", profile, "--dry-run", "--json"], cwd=tmp_path).stdout)
+    # A machine with no SLURM_CONF of its own, whatever ran before (the slurm_cluster fixture sets one
+    # for the session, and the dev cluster would refuse slurm-gpu's 4 h); dev-cluster names its own.
+    shown = last_json(run_submit(["--profile", profile, "--dry-run", "--json"], cwd=tmp_path,
+                                 unset=("SLURM_CONF",)).stdout)
     assert shown["settings"]["checkpoint_every_steps"] > 0 and shown["job"]["checkpoint_every_steps"] is None
     shown = last_json(run_submit(["--profile", profile, "--dry-run", "--json", "--set",
-                                  "job.checkpoint_every_steps=25"], cwd=tmp_path).stdout)
+                                  "job.checkpoint_every_steps=25"], cwd=tmp_path, unset=("SLURM_CONF",)).stdout)
     assert shown["job"]["checkpoint_every_steps"] == 25

@@ -1,5 +1,15 @@
 """Failing fast: when one rank raises or dies, every rank ends within 60 s, the job ends failed, and
-the submitter (exit 1) names the rank that failed, with its traceback, before its peers' symptoms."""
+the submitter (exit 1) names the rank that failed, with its traceback, before its peers' symptoms.
+
+Every run here sets the start-up and collective timeouts to 600 s, ten times the 60 s bound, so a
+timeout can never be what ends the surviving ranks in time: only fail-fast can. Two mechanisms do:
+- a rank that raises exits at once, and its closed connections fail its peers' next collective
+  (locally and on SLURM; a rank killed after the process group formed ends the same way);
+- a rank that dies before the process group forms leaves its peers waiting at the rendezvous, where
+  no connection to it exists: only `srun --kill-on-bad-exit` ends them (the last test). The local
+  executor has no such mechanism (submitit's controller waits for every process), so locally that
+  case ends only at `init_timeout_s`.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +26,8 @@ import pytest
 from tests.helpers import last_json, run_submit, wait_until
 from tests.test_exact_resume import _popen_submit, rank_pid
 
+# Far above every bound below: a test that passes did not wait for a timeout.
+NO_TIMEOUTS = ["--set", "profile.collective_timeout_s=600", "--set", "profile.init_timeout_s=600"]
 FAILURE_LOGGED = re.compile(r"submitit ERROR \((\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),\d+\) - Submitted job triggered")
 
 
@@ -29,8 +41,8 @@ def failure_time(run_dir: Path, rank: int) -> float:
 
 @pytest.mark.parametrize("rank", [1, 0])
 def test_a_rank_that_raises_ends_the_local_run_fast_and_is_named_first(tmp_path: Path, rank: int) -> None:
-    proc = run_submit(["--set", "job.epochs=3", "--set", f"job.fail_at=30:{rank}", "--json"], cwd=tmp_path,
-                      timeout=180)
+    proc = run_submit(["--set", "job.epochs=3", "--set", f"job.fail_at=30:{rank}", "--json", *NO_TIMEOUTS],
+                      cwd=tmp_path, timeout=180)
     ended = time.time()
     assert proc.returncode == 1, proc.stdout + proc.stderr
     result = last_json(proc.stdout)
@@ -58,7 +70,7 @@ def sacct_end(job_id: str) -> tuple[str, float]:
 @pytest.mark.slurm
 def test_a_rank_that_raises_on_the_dev_cluster_ends_the_job_within_60_s(slurm_cluster: Path, tmp_path: Path) -> None:
     proc = run_submit(["--profile", "dev-cluster", "--wait", "--set", "job.epochs=3", "--set", "job.fail_at=30:1",
-                       "--json"], cwd=tmp_path, timeout=300)
+                       "--json", *NO_TIMEOUTS], cwd=tmp_path, timeout=300)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     result = last_json(proc.stdout)
     assert result["failed_rank"] == 1 and "injected failure at step 30 on rank 1" in result["error"]
@@ -72,7 +84,8 @@ def test_a_rank_that_raises_on_the_dev_cluster_ends_the_job_within_60_s(slurm_cl
 @pytest.mark.slurm
 def test_killing_a_rank_process_on_the_dev_cluster_ends_the_job_and_names_it(slurm_cluster: Path,
                                                                                tmp_path: Path) -> None:
-    proc = _popen_submit(["--profile", "dev-cluster", "--wait", "--set", "job.epochs=200", "--json"], tmp_path)
+    proc = _popen_submit(["--profile", "dev-cluster", "--wait", "--set", "job.epochs=200", "--json", *NO_TIMEOUTS],
+                         tmp_path)
     try:
         run_dir = wait_until(lambda: next((tmp_path / "runs").glob("*/metrics.jsonl"), None), 180,
                             "the first epoch").parent
@@ -109,3 +122,31 @@ def test_a_local_rank_killed_at_start_ends_the_run_within_30_s_and_is_named(tmp_
     assert result["state"] == "FAILED" and result["failed_rank"] == 1, result
     assert err.startswith("error: the run failed on rank 1"), err[:500]
     assert not (run_dir / "metrics.jsonl").exists(), "rank 1 died after training started: not what is tested"
+
+
+@pytest.mark.slurm
+def test_a_rank_killed_before_the_process_group_forms_ends_the_job_through_kill_on_bad_exit(
+        slurm_cluster: Path, tmp_path: Path) -> None:
+    # Rank 1 is killed as soon as its banner appears, i.e. while it still imports torch, before it
+    # joins the rendezvous: rank 0 then waits there with no connection to it, for init_timeout_s
+    # (600 s). Only srun --kill-on-bad-exit ends rank 0, and so the job, within the bound.
+    proc = _popen_submit(["--profile", "dev-cluster", "--wait", "--set", "job.epochs=200", "--json", *NO_TIMEOUTS],
+                         tmp_path)
+    run_dir = None
+    try:
+        run_dir = wait_until(lambda: next((tmp_path / "runs").glob("*/run.json"), None), 120, "the run folder").parent
+        os.kill(wait_until(lambda: rank_pid(run_dir, 1), 180, "rank 1's banner", poll=0.05), signal.SIGKILL)
+        killed = time.time()
+        out, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:  # failed: don't leave rank 0 waiting 600 s on the shared cluster
+            proc.kill()
+            if run_dir is not None:
+                run_submit(["cancel", str(run_dir)], cwd=tmp_path, timeout=60)
+    assert run_dir is not None
+    assert proc.returncode == 1, out + err
+    result = last_json(out)
+    assert result["state"] == "FAILED" and result["failed_rank"] == 1, result
+    assert not (run_dir / "metrics.jsonl").exists()  # it never trained: the kill came before the rendezvous
+    state, end = sacct_end(result["job_id"])
+    assert state == "FAILED" and end - killed < 60

@@ -111,12 +111,11 @@ def test_help_and_dry_run_do_not_import_torch(tmp_path: Path, args: list[str]) -
             "from launcher.commands.main import main\n"
             "try:\n    rc = main()\nexcept SystemExit as e:\n    rc = e.code\n"
             "print('TORCH_IMPORTED' if 'torch' in sys.modules else 'NO_TORCH'); sys.exit(rc)\n")
+    # No SLURM_CONF, whatever ran before (the slurm_cluster fixture sets one for the session): the
+    # preflight of slurm-gpu is skipped with a note, and the dry run succeeds without torch.
+    env = {k: v for k, v in os.environ.items() if k != "SLURM_CONF"}
     proc = subprocess.run([sys.executable, "-c", code, *args], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    if "slurm-gpu" in args and proc.returncode == 2:
-        # Without a reachable SLURM controller the preflight refuses; torch must still not load.
-        assert "error:" in proc.stderr
-    else:
-        assert proc.returncode == 0, proc.stderr
+                          timeout=120, env={**env, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "NO_TORCH"
     assert not (tmp_path / "runs").exists()

@@ -1,0 +1,145 @@
+"""The command line called in this process (`launcher.commands.main.main(argv)`, what submit.py runs):
+bad input and dry runs of the shipped SLURM profiles, without SLURM and without torch, in milliseconds.
+
+The subprocess tests (test_bad_inputs, test_dry_run_script) prove the same through `python submit.py`;
+these run the same argv in-process, so that the mutation run (tests/mutation.py) sees which of them
+reach each function of launcher/config and launcher/request and can run them for every mutant."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from launcher.commands.main import main
+from tests.test_bad_inputs import CASES, write
+
+
+def call(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    try:
+        code = main(argv)
+    except SystemExit as exit_:  # argparse's own errors
+        code = exit_.code
+    out, err = capsys.readouterr()
+    return int(code or 0), out, err
+
+
+@pytest.fixture(autouse=True)
+def no_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A machine without a SLURM cluster, whatever ran before; runs/ of this test's folder."""
+    monkeypatch.delenv("SLURM_CONF", raising=False)
+    monkeypatch.chdir(tmp_path)
+
+
+@pytest.mark.parametrize("files,args,expected", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_input_is_one_clear_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                files: dict[str, str], args: list[str], expected: list[str]) -> None:
+    paths = {name: write(tmp_path / name, text) for name, text in files.items()}
+    paths["empty"] = str(tmp_path / "empty")
+    for name, path in paths.items():
+        args = [a.replace("{" + name + "}", path) for a in args]
+    code, out, err = call(args, capsys)
+    assert code == 2, out + err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    for text in expected:
+        assert text in lines[0], f"{text!r} not in {lines[0]!r}"
+    assert not (tmp_path / "runs").exists()
+
+
+def dry_run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    code, out, err = call([*argv, "--dry-run", "--json"], capsys)
+    assert code == 0, err
+    assert not Path("runs").exists(), "a dry run created a run folder"
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def script_lines(shown: dict[str, Any]) -> list[str]:
+    return shown["sbatch_script"].splitlines()
+
+
+def test_slurm_gpu_profile_requests_one_task_per_gpu_and_kills_the_job_on_a_bad_exit(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    shown = dry_run(["--profile", "slurm-gpu"], capsys)
+    assert (shown["executor"], shown["world_size"], shown["global_batch_size"]) == ("slurm", 16, 512)
+    lines = script_lines(shown)
+    for line in ["#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=8", "#SBATCH --cpus-per-task=10",
+                 "#SBATCH --gpus-per-node=8", "#SBATCH --mem=524288M", "#SBATCH --time=240",
+                 "#SBATCH --signal=USR2@180", "#SBATCH --requeue", "#SBATCH --partition=gpu",
+                 "#SBATCH --account=ml-research", "export SUBMITIT_PREEMPT_SIGNAL=USR2", "export OMP_NUM_THREADS=10",
+                 "export NCCL_DEBUG=WARN", "module load cuda/12.4", "source venv/bin/activate"]:
+        assert line in lines, line
+    assert not any(line.startswith(("#SBATCH --qos", "#SBATCH --constraint", "#SBATCH --array")) for line in lines)
+    (srun,) = [line for line in lines if line.startswith("srun ")]
+    assert "--kill-on-bad-exit=1" in srun.split()
+    settings = shown["settings"]
+    assert (settings["threads"], settings["use_gpus"], settings["stop_signal"]) == (10, True, "USR2")
+    assert (settings["init_timeout_s"], settings["collective_timeout_s"]) == (180, 45)
+
+
+def test_sets_change_the_request(capsys: pytest.CaptureFixture[str]) -> None:
+    shown = dry_run(["--profile", "slurm-cpu", "--set", "profile.nodes=3", "--set", "profile.tasks_per_node=1",
+                     "--set", "profile.qos=high", "--set", "profile.constraint=avx2", "--set", "profile.time_min=7",
+                     "--set", "profile.signal_delay_s=20", "--set", "profile.mem_per_task_gb=1.5",
+                     "--set", "profile.cpus_per_task=2", "--set", "job.batch_size_per_rank=10"], capsys)
+    assert (shown["world_size"], shown["batch_size_per_rank"], shown["global_batch_size"]) == (3, 10, 30)
+    lines = script_lines(shown)
+    for line in ["#SBATCH --nodes=3", "#SBATCH --ntasks-per-node=1", "#SBATCH --qos=high", "#SBATCH --constraint=avx2",
+                 "#SBATCH --time=7", "#SBATCH --signal=USR2@20", "#SBATCH --mem=1536M", "#SBATCH --cpus-per-task=2",
+                 "export OMP_NUM_THREADS=2"]:
+        assert line in lines, line
+    assert not any(line.startswith(("#SBATCH --gpus", "#SBATCH --account")) for line in lines)
+    assert shown["settings"]["threads"] == 2 and shown["settings"]["use_gpus"] is False
+
+
+def test_a_sweep_is_one_array_capped_at_its_task_count(capsys: pytest.CaptureFixture[str]) -> None:
+    shown = dry_run(["--profile", "slurm-cpu", "--job", "digits-lr-sweep"], capsys)
+    assert shown["tasks"] == 9 and len(shown["task_dirs"]) == 9
+    assert shown["sweep_overrides"][0] == {"lr": 0.005, "batch_size_per_rank": 16}
+    assert shown["sweep_overrides"][-1] == {"lr": 0.5, "batch_size_per_rank": 64, "nesterov": True}
+    assert "#SBATCH --array=0-8%9" in script_lines(shown)
+    shown = dry_run(["--profile", "slurm-cpu", "--job", "digits-lr-sweep", "--set", "profile.array_parallelism=2"],
+                    capsys)
+    assert "#SBATCH --array=0-8%2" in script_lines(shown)
+
+
+def test_local_profile_dry_run(capsys: pytest.CaptureFixture[str]) -> None:
+    shown = dry_run([], capsys)
+    assert (shown["executor"], shown["world_size"], shown["global_batch_size"]) == ("local", 2, 64)
+    assert shown["job"]["name"] == "digits" and shown["profile"]["name"] == "local"
+    assert "sbatch_script" not in shown or not shown["sbatch_script"]
+
+
+SWEEP_ERRORS = [
+    ("grd: {lr: [0.1]}", ["unknown key 'sweep.grd'", "grid", "tasks"]),
+    ("grid: [0.1, 0.2]", ["key 'sweep.grid' must map job keys to lists of values"]),
+    ("tasks: [0.1]", ["key 'sweep.tasks' must be a list of mappings of job keys to values"]),
+    ("tasks: {lr: 0.1}", ["key 'sweep.tasks' must be a list of mappings"]),
+    ("grid: {lr: []}", ["key 'sweep.grid.lr' must be a non-empty list of values, got []"]),
+    ("grid: {lr: 0.1}", ["key 'sweep.grid.lr' must be a non-empty list of values, got 0.1"]),
+    ("grid: {}", ["key 'sweep' defines no tasks; give 'grid' and/or 'tasks'"]),
+    ("tasks: [{lr: 0.1}, {lrr: 1}]", ["unknown key 'sweep.tasks[1].lrr'", "lr"]),
+    ("tasks: [{epochs: -1}]", ["sweep task 0: {'epochs': -1}", "'epochs'", "-1"]),
+]
+
+
+@pytest.mark.parametrize("sweep,expected", SWEEP_ERRORS, ids=[c[0] for c in SWEEP_ERRORS])
+def test_a_bad_sweep_names_the_file_and_the_key(tmp_path: Path, capsys: pytest.CaptureFixture[str], sweep: str,
+                                                expected: list[str]) -> None:
+    job = write(tmp_path / "s.yaml", f"extends: digits\nsweep: {{{sweep}}}\n")
+    code, out, err = call(["--profile", "slurm-cpu", "--job", job, "--dry-run"], capsys)
+    assert code == 2, out + err
+    (line,) = err.strip().splitlines()
+    assert line.startswith(f"error: {job}"), line
+    for text in expected:
+        assert text in line, f"{text!r} not in {line!r}"
+
+
+def test_a_relative_slurm_conf_is_relative_to_the_project_not_the_working_folder(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    profile = write(tmp_path / "p.yaml", "extends: slurm-cpu\nslurm_conf: nowhere/slurm.conf\n")
+    shown = dry_run(["--profile", profile], capsys)
+    root = Path(__file__).resolve().parent.parent
+    assert f"export SLURM_CONF={root / 'nowhere' / 'slurm.conf'}" in script_lines(shown)
