@@ -10,7 +10,7 @@ from typing import Any
 from launcher.config.profile import Profile, find_profile_file
 from trainer import yamlio
 from trainer.config import JobConfig, find_job_file
-from trainer.schema import ConfigError, build, field_names, load_with_extends, unknown_key_error
+from trainer.schema import ConfigError, build, deep_merge, field_names, load_with_extends, unknown_key_error
 
 SCOPES = ("job", "profile")
 
@@ -99,8 +99,11 @@ def resolve(profile_name: str, job_name: str, sets: list[str]) -> Resolved:
     job_data, job_source = load_with_extends(job_path, lambda p, rel: find_job_file(p, rel))
     sweep = job_data.pop("sweep", None)
     job_data.setdefault("name", job_path.stem)
+    if job_data.get("entrypoint"):  # its module may live next to the job file (trainer.entry)
+        job_data.setdefault("code_dir", str(job_path.resolve().parent))
     _check_keys(overrides["job"], JobConfig, "job")
-    job_data.update(overrides["job"])
+    # Merged, not replaced: `--set job.config.lr=0.1` changes one key of the function's config.
+    job_data = deep_merge(job_data, overrides["job"])
     job_source = _described(job_source, overrides["job"], "job")
     job = build(JobConfig, job_data, job_source)
     if sweep is not None and not isinstance(sweep, dict):
