@@ -20,6 +20,7 @@ class TinyConfig:
     samples: int = 512
     hidden: int = 32
     dropout: float = 0.1  # dropout draws random numbers: exact resume needs every rank's RNG back
+    fail_at_step: int = 0  # the user's own failure, for the sweep/--resume tests (0: never)
 
 
 def blobs(samples: int, seed: int = 0) -> TensorDataset:
@@ -51,6 +52,8 @@ def train(ctx: Context, config: TinyConfig) -> dict:
         loader = DataLoader(data, batch_size=config.batch_size, sampler=sampler, generator=torch.Generator())
         for x, y in loader:
             ctx.step_boundary(step)
+            if config.fail_at_step and step == config.fail_at_step and ctx.rank == 0:
+                raise RuntimeError(f"failing on purpose at step {step} (config.fail_at_step)")
             optimizer.zero_grad()
             loss = nn.functional.cross_entropy(model(x), y)
             loss.backward()
