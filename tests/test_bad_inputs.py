@@ -340,3 +340,38 @@ def test_bad_input_is_one_clear_line_and_exit_2(tmp_path: Path, files: dict[str,
 
 def test_corpus_is_large_enough() -> None:
     assert len(CASES) + len(MORE_CASES) >= 100
+
+
+# ----- your own code (issue 10): entrypoint jobs, each exit 2 with nothing queued ------------------
+
+TINY = 'entrypoint: "tests.userpkg.tiny:train"\n'
+USER_CODE_CASES = [
+    ("entrypoint module missing", {"u.yaml": 'entrypoint: "nosuchpkg.train:main"\n'}, ["--job", "{u.yaml}"],
+     ["'entrypoint'", "nosuchpkg.train:main", "no module named 'nosuchpkg'", "job file's folder"]),
+    ("entrypoint function missing", {"u.yaml": 'entrypoint: "tests.userpkg.tiny:trian"\n'}, ["--job", "{u.yaml}"],
+     ["'entrypoint'", "has no function 'trian'", "train"]),
+    ("entrypoint not module:function", {"u.yaml": 'entrypoint: "tests/userpkg/tiny.py"\n'}, ["--job", "{u.yaml}"],
+     ["'entrypoint'", "'package.module:function'"]),
+    ("config key the function's dataclass does not accept", {"u.yaml": TINY + "config: {epoch: 3}\n"},
+     ["--job", "{u.yaml}"], ["unknown key 'config.epoch'", "did you mean 'epochs'", "lr"]),
+    ("config value of the wrong type", {"u.yaml": TINY}, ["--job", "{u.yaml}", "--set", "job.config.epochs=two"],
+     ["'config.epochs'", "'two'", "an integer"]),
+    ("sweep over a config key the function does not accept",
+     {"u.yaml": TINY + "sweep: {grid: {config.lrr: [0.1, 0.2]}}\n"}, ["--job", "{u.yaml}"],
+     ["unknown key 'config.lrr'"]),
+    ("entrypoint with a debug profile too", {"u.yaml": 'entrypoint: "tests.userpkg.tiny:missing"\n'},
+     ["--profile", "debug", "--job", "{u.yaml}"], ["has no function 'missing'"]),
+]
+
+
+@pytest.mark.parametrize("files,args,expected", [c[1:] for c in USER_CODE_CASES], ids=[c[0] for c in USER_CODE_CASES])
+def test_bad_user_code_input_is_one_clear_line_and_exit_2(tmp_path: Path, files: dict[str, str], args: list[str],
+                                                          expected: list[str]) -> None:
+    test_bad_input_is_one_clear_line_and_exit_2(tmp_path, files, args, expected)
+
+
+def test_help_does_not_import_the_users_module(tmp_path: Path) -> None:
+    write(tmp_path / "loud.py", "raise SystemExit('imported')\n")
+    write(tmp_path / "u.yaml", 'entrypoint: "loud:main"\n')
+    proc = run_submit(["--job", "u.yaml", "--help"], cwd=tmp_path, timeout=60)
+    assert proc.returncode == 0 and "imported" not in proc.stdout + proc.stderr

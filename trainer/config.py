@@ -26,6 +26,13 @@ DATASETS = ("digits", "cifar10", "synthetic-cifar10")
 @dataclass
 class JobConfig:
     name: str = "job"
+    # Your own code instead of the built-in recipe: "package.module:function", called once per rank
+    # with a trainer.api.Context (see the README, "Your own training code"). The recipe keys below
+    # then only matter through what the function reads; `config:` is the function's own mapping.
+    entrypoint: str = ""
+    config: dict[str, Any] = field(default_factory=dict)
+    # Where the job file was (set by the submitter): the entrypoint's module is also looked up there.
+    code_dir: str = ""
     model: Literal["lenet", "mlp", "resnet-small"] = "mlp"
     dataset: Literal["digits", "cifar10", "synthetic-cifar10"] = "digits"
     # Where dataset files live; empty means the profile's data_dir.
@@ -100,7 +107,11 @@ class JobConfig:
         require(0 <= self.stop_at_accuracy <= 1, "stop_at_accuracy", self.stop_at_accuracy, "a number in [0, 1]")
         require(self.checkpoint_every_steps is None or 0 <= self.checkpoint_every_steps <= INT32_MAX,
                 "checkpoint_every_steps", self.checkpoint_every_steps, f"an integer in [0, {INT32_MAX}] or null")
-        require(self.target_metric in METRICS, "target_metric", self.target_metric, f"one of {', '.join(METRICS)}")
+        # A user's function may log or return any metric; the built-in recipe only these.
+        require(bool(self.entrypoint) or self.target_metric in METRICS, "target_metric", self.target_metric,
+                f"one of {', '.join(METRICS)} (any metric name with an entrypoint)")
+        require(self.entrypoint == "" or _is_entrypoint(self.entrypoint), "entrypoint", self.entrypoint,
+                "'package.module:function'")
         require(self.fail_at == "" or _is_step_rank(self.fail_at), "fail_at", self.fail_at,
                 "'' or 'STEP:RANK' with two integers")
         require(_is_step_list(self.interrupt_at), "interrupt_at", self.interrupt_at,
@@ -112,6 +123,11 @@ class JobConfig:
 
 
 METRICS = ("test_accuracy", "test_loss", "train_loss", "images_per_second")
+
+
+def _is_entrypoint(text: str) -> bool:
+    module, sep, function = text.partition(":")
+    return bool(sep) and all(p.isidentifier() for p in module.split(".")) and function.isidentifier()
 
 
 def _is_step_rank(text: str) -> bool:

@@ -95,7 +95,7 @@ def _describe(tp: Any) -> str:
     if origin is list:
         return f"a list of {_describe(typing.get_args(tp)[0])}"
     if origin is dict:
-        return "a mapping of names to strings"
+        return "a mapping" if typing.get_args(tp)[1] is Any else "a mapping of names to strings"
     return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(tp, str(tp))
 
 
@@ -127,6 +127,8 @@ def _coerce(value: Any, tp: Any, source: str, key: str) -> Any:
     if origin is dict:
         if not isinstance(value, Mapping):
             raise bad_value_error(source, key, value, _describe(tp))
+        if typing.get_args(tp)[1] is Any:  # free-form (a user's `config:`): checked by its own dataclass
+            return {str(k): v for k, v in value.items()}
         out = {}
         for k, v in value.items():
             if not isinstance(k, str) or isinstance(v, (dict, list)) or v is None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from trainer import checkpoint, data, distenv, recipe, runtime, startup, step, stopping
+from trainer import checkpoint, data, distenv, recipe, runtime, startup, step, stopping, userrun
 from trainer.collectives import Ranks
 from trainer.config import JobConfig, RunSettings, interrupt_steps
 from trainer.reporting import Reporter
@@ -45,6 +45,8 @@ def run(job: JobConfig, settings: RunSettings, environ: Mapping[str, str] | None
         device = runtime.pick_device(settings.use_gpus, env)
         with runtime.process_group(env, device, settings.init_timeout_s, settings.collective_timeout_s):
             startup.mark("process_group")
+            if job.entrypoint:  # the user's own function, on the same public API as below
+                return userrun.run(job, settings, env, device, stops, on_stop)
             return Trainer(job, settings, env, device, stops=stops, on_stop=on_stop).fit()
 
 

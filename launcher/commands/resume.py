@@ -27,7 +27,7 @@ from launcher.rundir import layout, record
 from launcher.rundir.record import RunInfo
 from launcher.rundir.states import ACTIVE, TaskState, task_states
 from trainer.config import JobConfig
-from trainer.schema import ConfigError, build
+from trainer.schema import ConfigError, build, deep_merge
 
 
 class ResumePlan(Plan):
@@ -58,7 +58,7 @@ class ResumePlan(Plan):
             # keys that --set changed (the sweep as first submitted stays in submitted_overrides).
             overrides = info.overrides
             for ts in self.todo:
-                overrides[ts.task] = {**overrides[ts.task], **self.job_sets}
+                overrides[ts.task] = {**overrides[ts.task], **dotted(self.job_sets)}
             fields.update(sweep_overrides=overrides,
                           submitted_overrides=before.get("submitted_overrides") or before.get("sweep_overrides"))
             self._update_tasks_file(overrides)
@@ -83,6 +83,17 @@ class ResumePlan(Plan):
         emit(human, {"run_dir": str(run_dir), "resubmitted": tasks, "job_ids": new_ids,
                      "job_id": base_id(new_ids[0])}, as_json)
         return EXIT_OK
+
+
+def dotted(sets: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"config": {"lr": 0.1}} -> {"config.lr": 0.1}: summary columns as a sweep names them."""
+    out: dict[str, Any] = {}
+    for key, value in sets.items():
+        if isinstance(value, dict) and key == "config":
+            out.update(dotted(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
 
 
 def _recorded_jobs(info: RunInfo) -> dict[int, dict[str, Any]]:
@@ -118,7 +129,8 @@ def resume(args: argparse.Namespace, argv: list[str]) -> int:
     if missing:
         raise ConfigError(f"--resume {run_dir}: {layout.TASKS_FILE} has no entry for task(s) "
                           f"{', '.join(map(str, missing))}, so they cannot be rebuilt")
-    points = [Point(ts.task, build(JobConfig, {**recorded[ts.task], **overrides["job"]},
+    # Merged, not replaced: `--set job.config.KEY=V` changes one key of an entrypoint's config.
+    points = [Point(ts.task, build(JobConfig, deep_merge(recorded[ts.task], overrides["job"]),
                                    f"{run_dir / layout.TASKS_FILE} (task {ts.task}, with --set)"), ts.overrides)
               for ts in todo]
     sub = plan_submission(profile, points, run_dir, info.is_sweep, source, args.after)

@@ -179,6 +179,22 @@ def overrides_text(overrides: dict[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in overrides.items())
 
 
+# Not metrics: where and how each rank ran, shown by --json only.
+NOT_METRICS = ("run_dir", "job_id", "state", "node", "nodes", "rank", "master_addr", "threads", "resumed_from",
+               "restarts", "restart_causes", "time")
+
+
+def metrics_line(result: dict[str, Any]) -> str:
+    """The final metrics in one line: the built-in recipe's fixed set, or what a user's function
+    logged last and returned."""
+    if "test_accuracy" in result and "images_per_second" in result:
+        return (f"test_accuracy {result['test_accuracy']:.4f}  test_loss {result['test_loss']:.4f}  "
+                f"epochs {result['epochs']}  world_size {result['world_size']}  "
+                f"images/s {result['images_per_second']:.0f}")
+    return "  ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in result.items()
+                     if k not in NOT_METRICS and isinstance(v, (int, float, str)) and not isinstance(v, bool))
+
+
 def wait_for_run(sub: Submission, job: Any, as_json: bool) -> int:
     """Wait for a single run, write its result (or failure) into the run folder, and report it."""
     if not relay_settings.VERBOSE:  # submitit's INFO lines (the debug executor runs the job in this process)
@@ -203,10 +219,7 @@ def wait_for_run(sub: Submission, job: Any, as_json: bool) -> int:
     record.write_result(sub.run_dir, result)
     record.update_record(sub.run_dir, state="COMPLETED")
     plots.write_curves(sub.run_dir)
-    human = (f"run folder: {relative(sub.run_dir)}\n"
-             f"test_accuracy {result['test_accuracy']:.4f}  test_loss {result['test_loss']:.4f}  "
-             f"epochs {result['epochs']}  world_size {result['world_size']}  "
-             f"images/s {result['images_per_second']:.0f}")
+    human = f"run folder: {relative(sub.run_dir)}\n{metrics_line(result)}"
     if counted.count:
         human += f"\n{counted.summary()}"
     emit(human, result, as_json)

@@ -18,6 +18,17 @@ def check_local(profile: Profile, job: JobConfig, source: str) -> None:
         raise ConfigError(f"{source}: key 'gpus_per_node' has invalid value {profile.gpus_per_node}; this machine "
                           f"has no NVIDIA GPU (no driver found), so the {profile.executor} executor allows only 0")
     check_data(profile, job)
+    if job.entrypoint:
+        check_entrypoint(job, source)
+
+
+def check_entrypoint(job: JobConfig, source: str) -> None:
+    """Import the job's module and check its function and `config:` (trainer.entry) before queueing.
+    Costs what importing the user's module costs (torch, if it imports torch: about a second); only
+    submissions of entrypoint jobs pay it, never --help."""
+    from trainer import entry  # imports the user's module: only for entrypoint jobs
+
+    entry.check(job.entrypoint, job.config, job.code_dir, f"job '{job.name}'")
 
 
 def check_data(profile: Profile, job: JobConfig) -> None:

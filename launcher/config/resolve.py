@@ -124,7 +124,10 @@ def resolve(profile_name: str, job_name: str, sets: list[str]) -> Resolved:
     job_data, job_source = load_with_extends(job_path, lambda p, rel: find_job_file(p, rel), prepare_job_file)
     sweep = job_data.pop("sweep", None)
     job_data.setdefault("name", job_path.stem)
+    if job_data.get("entrypoint"):  # its module may live next to the job file (trainer.entry)
+        job_data.setdefault("code_dir", str(job_path.resolve().parent))
     _check_keys(overrides["job"], JobConfig, "job")
+    # Merged, not replaced: `--set job.config.lr=0.1` changes one key of the function's config.
     job_data = deep_merge(job_data, filepaths.relative_to(overrides["job"], JOB_PATH_KEYS, Path.cwd()))
     job_source = _described(job_source, overrides["job"], "job")
     job = build(JobConfig, job_data, job_source)

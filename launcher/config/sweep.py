@@ -18,7 +18,7 @@ import math
 from typing import Any
 
 from trainer.config import JobConfig
-from trainer.schema import ConfigError, build, field_names, unknown_key_error
+from trainer.schema import ConfigError, build, deep_merge, field_names, unknown_key_error
 
 SWEEP_KEYS = ("grid", "tasks")
 # The most tasks one sweep may have (README, "Sweeps"). Bounded so that a typo in a grid fails at
@@ -39,7 +39,7 @@ def expand(job_data: dict[str, Any], sweep: dict[str, Any], source: str) -> list
         raise ConfigError(f"{source}: key 'sweep.tasks' must be a list of mappings of job keys to values")
     valid = field_names(JobConfig)
     for key, values in grid.items():
-        if key not in valid:
+        if _top(key) not in valid:
             raise unknown_key_error(source, f"sweep.grid.{key}", valid)
         if not isinstance(values, list) or not values:
             raise ConfigError(f"{source}: key 'sweep.grid.{key}' must be a non-empty list of values, got {values!r}")
@@ -58,9 +58,9 @@ def expand(job_data: dict[str, Any], sweep: dict[str, Any], source: str) -> list
     seen: dict[str, int] = {}
     for index, overrides in enumerate(points):
         for key in overrides:
-            if key not in valid:
+            if _top(key) not in valid:
                 raise unknown_key_error(source, f"sweep.tasks[{index}].{key}", valid)
-        data = {**job_data, **overrides}
+        data = deep_merge(job_data, _nested(overrides))
         job = build(JobConfig, data, f"{source} (sweep task {index}: {overrides})")
         # The same job twice trains the same thing twice (bitwise, with deterministic: true) and makes
         # the summary's rows ambiguous; a repeat on purpose differs in its seed.
@@ -71,6 +71,23 @@ def expand(job_data: dict[str, Any], sweep: dict[str, Any], source: str) -> list
         seen[key] = index
         jobs.append((job, overrides))
     return jobs
+
+
+def _top(key: str) -> str:
+    """`config.lr` (a key of an entrypoint's config) belongs to the job key `config`."""
+    return key.split(".", 1)[0]
+
+
+def _nested(overrides: dict[str, Any]) -> dict[str, Any]:
+    """{"config.lr": 0.1} -> {"config": {"lr": 0.1}} (the summary keeps the dotted names)."""
+    out: dict[str, Any] = {}
+    for key, value in overrides.items():
+        target = out
+        *parents, last = key.split(".")
+        for part in parents:
+            target = target.setdefault(part, {})
+        target[last] = value
+    return out
 
 
 def swept_keys(points: list[dict[str, Any]]) -> list[str]:

@@ -58,6 +58,8 @@ def write_curves(run_dir: Path, title: str = "") -> Path | None:
     rows = read_metrics(run_dir)
     if not rows:
         return None
+    if not all("epoch" in r and "train_loss" in r and "epoch_time_s" in r for r in rows):
+        return _save(_metric_curves(rows, title or run_dir.name), output)  # a user's own metrics
     plt = _pyplot()
     fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(10, 4))
     epochs = [r["epoch"] for r in rows]
@@ -81,6 +83,26 @@ def write_curves(run_dir: Path, title: str = "") -> Path | None:
     fig.suptitle(title or run_dir.name)
     fig.tight_layout()
     return _save(fig, output)
+
+
+def _metric_curves(rows: list[dict[str, Any]], title: str) -> Any:
+    """What a user's function logged with ctx.log: one panel per numeric metric against the step."""
+    keys: list[str] = []
+    for row in rows:
+        keys += [k for k, v in row.items() if k not in ("step", "time", "epoch") and k not in keys
+                 and isinstance(v, (int, float)) and not isinstance(v, bool)]
+    keys = keys[:6] or ["step"]
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 4), squeeze=False)
+    for ax, key in zip(axes[0], keys):
+        points = [(r.get("step", i), r[key]) for i, r in enumerate(rows) if isinstance(r.get(key), (int, float))]
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker=".")
+        ax.set_title(key)
+        ax.set_xlabel("step")
+        ax.grid(True, alpha=0.3)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
 
 
 def _save(fig: Any, output: Path) -> Path:

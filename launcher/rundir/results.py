@@ -27,6 +27,11 @@ METRIC_COLUMNS = ["test_accuracy", "test_loss", "train_loss", "images_per_second
 TAIL_COLUMNS = ["wall_time_s", "restarts", "job_id", "error"]
 
 
+def metric_columns(target: str) -> list[str]:
+    """The built-in recipe's metrics, and the target metric where a user's function names its own."""
+    return METRIC_COLUMNS if target in METRIC_COLUMNS else [target, *METRIC_COLUMNS]
+
+
 def rows_of(info: RunInfo, states: list[TaskState]) -> tuple[list[dict[str, Any]], list[str]]:
     """One row per task and the swept keys (the overrides' keys, in the order the sweep names them)."""
     swept = swept_keys(info.overrides)
@@ -34,7 +39,7 @@ def rows_of(info: RunInfo, states: list[TaskState]) -> tuple[list[dict[str, Any]
     for ts in states:
         result = ts.result or _recorded_result(ts)
         row: dict[str, Any] = {"task": ts.task, **{k: ts.overrides.get(k) for k in swept}, "state": ts.state}
-        for key in METRIC_COLUMNS:
+        for key in metric_columns(info.target[0]):
             row[key] = result.get(key) if result and ts.state == "completed" else None
         row.update(wall_time_s=None if ts.wall_time_s is None else round(ts.wall_time_s, 1),
                    restarts=ts.restarts, job_id=ts.job_id, error=ts.error or "")
@@ -140,7 +145,7 @@ def collect(run_dir: Path, states: list[TaskState] | None = None,
     if info.is_sweep:
         rows, swept = rows_of(info, states)
         rows = sort_rows(rows, metric, mode)
-        columns = ["task", *swept, "state", *METRIC_COLUMNS, *TAIL_COLUMNS]
+        columns = ["task", *swept, "state", *metric_columns(metric), *TAIL_COLUMNS]
         csv_text = to_csv(rows, columns)
         title = (f"{run_dir.name}: {len(rows)} tasks, sorted by {metric} ({mode}); "
                  + ", ".join(f"{n} {k}" for k, n in summary["counts"].items()))

@@ -1,0 +1,131 @@
+"""Your own training code (issue 10): a user package in the test tree (tests/userpkg, not in
+trainer/) with its own model, data and loop, written only against trainer.api, submitted as
+`entrypoint:` jobs the way a user would (python submit.py ...), locally, in-process and as sweeps;
+and stopped several times, it ends bitwise equal to an uninterrupted run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tests.helpers import last_json, run_submit
+from trainer import events
+from trainer.config import JobConfig, RunSettings
+from trainer.stopping import StopRequested
+from trainer.train import run
+
+JOB = """name: tiny
+entrypoint: "tests.userpkg.tiny:train"
+target_metric: accuracy
+log_every_steps: 100000
+config:
+  lr: 0.1
+  epochs: 3
+"""
+
+
+def same_weights(a: Path, b: Path) -> bool:
+    x, y = torch.load(a), torch.load(b)
+    return x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
+
+
+def logged(run_dir: Path) -> list[dict[str, Any]]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if k != "time"} for r in rows]
+
+
+def test_user_function_trains_on_two_local_ranks_with_metrics_status_and_curves(tmp_path: Path) -> None:
+    (tmp_path / "tiny.yaml").write_text(JOB)
+    proc = run_submit(["--job", "tiny.yaml", "--json"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = last_json(proc.stdout)
+    assert result["world_size"] == 2 and result["accuracy"] >= 0.9 and result["steps"] == 48
+    assert "accuracy" in proc.stdout.splitlines()[-2]  # the human line shows the function's metrics
+    run_dir = Path(result["run_dir"])
+    rows = logged(run_dir)
+    assert [r["epoch"] for r in rows] == [1, 2, 3] and [r["step"] for r in rows] == [16, 32, 48]
+    assert rows[-1]["train_loss"] < rows[0]["train_loss"]
+    assert (run_dir / "curves.png").stat().st_size > 1000
+    status = run_submit(["status", str(run_dir), "--json"], cwd=tmp_path)
+    assert status.returncode == 0 and json.loads(status.stdout.splitlines()[-1])["state"] == "completed"
+    human = run_submit(["status", str(run_dir)], cwd=tmp_path).stdout
+    assert "accuracy" in human and f"{result['accuracy']:.4f}" in human
+
+
+def test_user_function_runs_in_process_with_config_from_set(tmp_path: Path) -> None:
+    (tmp_path / "tiny.yaml").write_text(JOB)
+    proc = run_submit(["--profile", "debug", "--job", "tiny.yaml", "--set", "job.config.epochs=1", "--json"],
+                      cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = last_json(proc.stdout)
+    assert result["world_size"] == 1 and result["steps"] == 32  # 512 samples, 16 per step, 1 epoch
+    assert "lr: 0.1" in (Path(result["run_dir"]) / "job.yaml").read_text()  # the other config keys kept
+
+
+def test_module_next_to_the_job_file_is_found(tmp_path: Path) -> None:
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "mine.py").write_text("def main(ctx):\n    ctx.log({'answer': 42}, 1)\n"
+                                                "    return {'world': ctx.world_size}\n")
+    (tmp_path / "jobs" / "mine.yaml").write_text('entrypoint: "mine:main"\ntarget_metric: answer\n')
+    proc = run_submit(["--profile", "debug", "--job", "jobs/mine.yaml", "--json"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = last_json(proc.stdout)
+    assert result["answer"] == 42 and result["world"] == 1
+
+
+def test_function_without_the_api_still_runs(tmp_path: Path) -> None:
+    (tmp_path / "plain.yaml").write_text('entrypoint: "tests.userpkg.tiny:plain"\n')
+    proc = run_submit(["--job", "plain.yaml", "--json"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert last_json(proc.stdout)["rank_seen"] == 0
+
+
+def test_user_function_raising_on_one_rank_fails_naming_it(tmp_path: Path) -> None:
+    (tmp_path / "broken.yaml").write_text('entrypoint: "tests.userpkg.tiny:broken"\nconfig: {fail_rank: 1}\n')
+    proc = run_submit(["--job", "broken.yaml"], cwd=tmp_path)
+    assert proc.returncode == 1
+    assert "error: the run failed on rank 1" in proc.stderr and "user code failed on purpose" in proc.stderr
+
+
+# ----- exact resume ------------------------------------------------------------------------------
+
+def in_process(run_dir: Path, interrupts: str = "") -> list[int]:
+    job = JobConfig(name="tiny", entrypoint="tests.userpkg.tiny:train", target_metric="accuracy",
+                    config={"epochs": 3, "lr": 0.1}, interrupt_at=interrupts, log_every_steps=100000)
+    stops = []
+    while True:
+        try:
+            run(job, RunSettings(run_dir=str(run_dir), checkpoint_every_steps=7), environ={})
+            return stops
+        except StopRequested as stop:
+            stops.append(stop.step)
+            assert len(stops) < 10
+
+
+def test_user_function_stopped_four_times_in_process_ends_bitwise_identical(tmp_path: Path) -> None:
+    assert in_process(tmp_path / "reference") == []
+    # 32 steps per epoch: mid-epoch, back to back, at the epoch boundary, after a periodic checkpoint.
+    assert in_process(tmp_path / "stopped", "5,6,32,50") == [5, 6, 32, 50]
+    assert same_weights(tmp_path / "reference" / "weights.pt", tmp_path / "stopped" / "weights.pt")
+    assert logged(tmp_path / "reference") == logged(tmp_path / "stopped")
+    resumed = [e["step"] for e in events.read(tmp_path / "stopped") if e["event"] == "resumed"]
+    assert resumed == [5, 6, 32, 50]
+
+
+def test_user_function_requeued_twice_on_local_ranks_ends_bitwise_identical(tmp_path: Path) -> None:
+    (tmp_path / "tiny.yaml").write_text(JOB)
+    reference = run_submit(["--job", "tiny.yaml", "--json"], cwd=tmp_path)
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    proc = run_submit(["--job", "tiny.yaml", "--set", "job.interrupt_at=10,30", "--json"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = last_json(proc.stdout)
+    assert result["restarts"] == 2
+    run_dir, ref_dir = Path(result["run_dir"]), Path(last_json(reference.stdout)["run_dir"])
+    log = events.read(run_dir)
+    assert [e["step"] for e in log if e["event"] == "stopped"] == [10, 30]
+    assert [e["step"] for e in log if e["event"] == "resumed"] == [10, 30]
+    assert same_weights(ref_dir / "weights.pt", run_dir / "weights.pt")
+    assert logged(ref_dir) == logged(run_dir)

@@ -1,0 +1,47 @@
+"""Running a job's entrypoint on this rank: the user's function instead of the built-in Trainer.
+
+Called by `trainer.train.run` inside the process group, with the same stop handlers and requeue
+hook the built-in recipe gets, so a user's loop that calls `ctx.step_boundary` requeues and
+resumes exactly like a built-in job.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from trainer import distenv, entry
+from trainer.api import Context
+from trainer.config import JobConfig, RunSettings, interrupt_steps
+from trainer.stopping import StopHook, StopSignals
+
+
+def run(job: JobConfig, settings: RunSettings, env: distenv.DistEnv, device: torch.device,
+        stops: StopSignals, on_stop: StopHook | None) -> dict[str, Any]:
+    function, count, config = entry.prepare(job.entrypoint, job.config, job.code_dir, f"job '{job.name}'")
+    every = job.checkpoint_every_steps if job.checkpoint_every_steps is not None else settings.checkpoint_every_steps
+    if job.deterministic and device.type == "cpu":
+        torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.manual_seed(job.seed)  # the same start on every rank unless the function seeds itself
+    ctx = Context(env, device, settings.run_dir, config, stops=stops, stop_signal=settings.stop_signal,
+                  on_stop=on_stop, checkpoint_every_steps=every, keep_checkpoints=job.keep_checkpoints,
+                  tensorboard=job.tensorboard, progress_bar=settings.progress_bar,
+                  log_every_steps=job.log_every_steps, interrupts=interrupt_steps(job))
+    ctx.report.log(f"{job.name}: {job.entrypoint} on {env.world_size} rank(s) via {env.launcher}, device {device}"
+                   + (f", attempt {ctx.restarts + 1}" if ctx.restarts else ""))
+    start = time.perf_counter()
+    try:
+        returned = function(ctx, config) if count == 2 else function(ctx)
+    finally:
+        ctx.close()
+    if returned is not None and not isinstance(returned, dict):
+        raise TypeError(f"{job.entrypoint} returned {type(returned).__name__}; return a dict of metrics or None")
+    metrics = {k: v for k, v in ctx.last_metrics.items()}
+    metrics.update(returned or {})
+    result = {**metrics, "world_size": env.world_size, "run_dir": settings.run_dir, "node": env.node,
+              "rank": env.rank, "master_addr": env.master_addr, "threads": torch.get_num_threads(),
+              "resumed_from": ctx.resumed_from, "wall_time_s": round(time.perf_counter() - start, 3)}
+    ctx.report.event("finished", step=metrics.get("step"))
+    return result
