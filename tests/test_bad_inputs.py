@@ -44,8 +44,9 @@ CASES = [
     ("GPUs on a CPU-only machine", {}, ["--set", "profile.gpus_per_node=2", "--set", "profile.tasks_per_node=2"],
      ["gpus_per_node", "no NVIDIA GPU"]),
     ("GPU profile with tasks != GPUs", {}, ["--set", "profile.gpus_per_node=1"], ["one task per GPU"]),
-    ("missing data dir", {}, ["--job", "cifar10", "--set", "job.data_dir=/nonexistent/cifar"],
-     ["job.data_dir", "/nonexistent/cifar", "does not exist"]),
+    # In this test's own folder: a fixed path like /nonexistent could exist (a run as root creates it).
+    ("missing data dir", {}, ["--job", "cifar10", "--set", "job.data_dir={empty}/cifar"],
+     ["job.data_dir", "/empty/cifar", "does not exist"]),
     ("no data and download off", {"empty/.keep": ""},
      ["--job", "cifar10", "--set", "job.download=false", "--set", "profile.data_dir={empty}"],
      ["cifar-10-batches-py", "download"]),
