@@ -122,8 +122,6 @@ class Context:
         self._objects = dict(objects)
         found = checkpoint.load_newest_good(self.run_dir / "checkpoints")
         if found is None:
-            if self.restarts:
-                self.report.event("restarted_from_scratch", reason="no checkpoint to resume from")
             return 0
         state = found.state
         if state["world_size"] != self.world_size:
