@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.cifar_format import random_cifar10
 from tests.helpers import ROOT, last_json, run_submit
@@ -82,3 +83,24 @@ def test_seed_script_on_two_dev_cluster_nodes(slurm_cluster: Path, tmp_path: Pat
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = last_json(proc.stdout)
     assert result["world_size"] == 2 and len(set(result["nodes"])) == 2 and 0 <= result["test_accuracy"] <= 1
+
+
+# ----- the same LeNet as an entrypoint (examples/lenet_entrypoint.py), with exact resume -------------
+
+def lenet_job(tmp_path: Path, cifar: Path) -> str:
+    text = (ROOT / "examples" / "lenet-entrypoint.yaml").read_text()
+    text = text.replace("  data: data\n  epochs: 10\n", f"  data: {cifar}\n  epochs: 2\n  steps_per_epoch: 4\n"
+                        "  no_md5: true\n")
+    (tmp_path / "lenet.yaml").write_text(f"{text}code_dir: {ROOT / 'examples'}\nlog_every_steps: 1000\n")
+    return str(tmp_path / "lenet.yaml")
+
+
+def test_lenet_entrypoint_requeued_twice_ends_bitwise_identical(tmp_path: Path, cifar: Path) -> None:
+    reference = run_submit(["--job", lenet_job(tmp_path, cifar), "--json"], cwd=tmp_path)
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    stopped = run_submit(["--job", lenet_job(tmp_path, cifar), "--set", "job.interrupt_at=3,5", "--json"], cwd=tmp_path)
+    assert stopped.returncode == 0, stopped.stderr[-3000:]
+    ref, run = last_json(reference.stdout), last_json(stopped.stdout)
+    assert run["restarts"] == 2 and run["steps"] == ref["steps"] == 8
+    x, y = (torch.load(Path(r["run_dir"]) / "weights.pt") for r in (ref, run))
+    assert x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
