@@ -21,6 +21,7 @@ def check_local(profile: Profile, job: JobConfig, source: str) -> None:
     if job.entrypoint:
         check_entrypoint(job, source)
     if job.script:
+        # Made absolute here, once: the tasks may start in another directory (a SLURM node's).
         job.script = script_path(job)
 
 
