@@ -360,6 +360,10 @@ USER_CODE_CASES = [
     ("sweep over a config key the function does not accept",
      {"u.yaml": TINY + "sweep: {grid: {config.lrr: [0.1, 0.2]}}\n"}, ["--job", "{u.yaml}"],
      ["unknown key 'config.lrr'"]),
+    ("script that does not exist", {"u.yaml": "script: nothere/train.py\n"}, ["--job", "{u.yaml}"],
+     ["'script'", "nothere/train.py", "no such file"]),
+    ("both entrypoint and script", {"u.yaml": TINY + "script: train.py\n"}, ["--job", "{u.yaml}"],
+     ["'script'", "'entrypoint'"]),
     ("entrypoint with a debug profile too", {"u.yaml": 'entrypoint: "tests.userpkg.tiny:missing"\n'},
      ["--profile", "debug", "--job", "{u.yaml}"], ["has no function 'missing'"]),
 ]

@@ -6,12 +6,15 @@ and stopped several times, it ends bitwise equal to an uninterrupted run."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from tests.helpers import last_json, run_submit
+from tests.helpers import ROOT, last_json, run_submit
 from trainer import events
 from trainer.config import JobConfig, RunSettings
 from trainer.stopping import StopRequested
@@ -129,3 +132,14 @@ def test_user_function_requeued_twice_on_local_ranks_ends_bitwise_identical(tmp_
     assert [e["step"] for e in log if e["event"] == "resumed"] == [10, 30]
     assert same_weights(ref_dir / "weights.pt", run_dir / "weights.pt")
     assert logged(ref_dir) == logged(run_dir)
+
+
+def test_the_same_function_runs_under_plain_torchrun_through_init(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           str(ROOT / "tests" / "userpkg" / "script.py"), str(tmp_path / "run")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["world_size"] == 2 and result["steps"] == 32 and result["accuracy"] > 0.8
+    assert [r["step"] for r in logged(tmp_path / "run")] == [16, 32]

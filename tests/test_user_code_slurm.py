@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import torch
 
-from tests.helpers import ROOT, last_json, run_submit
+from tests.helpers import ROOT, last_json, run_submit, wait_until
+from trainer import events
 
 pytestmark = pytest.mark.slurm
 
@@ -82,3 +87,56 @@ def test_sweep_over_config_lr_and_resume_reruns_only_the_failed_point(slurm_clus
 def csv_rows(run_dir: Path):  # noqa: ANN201 - iterator of dicts
     with open(run_dir / "summary.csv", newline="") as fh:
         yield from csv.DictReader(fh)
+
+
+# ----- exact resume through SLURM: a preemption signal, then `scontrol requeue` ------------------------
+
+SLOW = JOB.replace("epochs: 3", "epochs: 16\n  step_sleep_s: 0.05") + "checkpoint_every_steps: 0\n"
+
+
+def started(tmp_path: Path, name: str) -> tuple[subprocess.Popen[str], Path]:
+    cwd = tmp_path / name
+    cwd.mkdir()
+    (cwd / "slow.yaml").write_text(SLOW)
+    proc = subprocess.Popen([sys.executable, str(ROOT / "submit.py"), "--profile", "dev-cluster", "--job",
+                             str(cwd / "slow.yaml"), "--set", f"profile.runs_dir={cwd / 'runs'}",
+                             "--set", "profile.time_min=30", "--wait", "--json"], cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    run_dir = wait_until(lambda: next((cwd / "runs").glob("*/run.json"), None), 60, "the run folder").parent
+    return proc, run_dir
+
+
+def finished(proc: subprocess.Popen[str]) -> dict:
+    try:
+        out, err = proc.communicate(timeout=400)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err[-3000:]
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def steps_logged(run_dir: Path) -> int:
+    path = run_dir / "metrics.jsonl"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def test_user_function_preempted_then_scontrol_requeued_ends_bitwise_identical(slurm_cluster: Path,
+                                                                               tmp_path: Path) -> None:
+    reference, _ = started(tmp_path, "reference")
+    proc, run_dir = started(tmp_path, "interrupted")
+    wait_until(lambda: steps_logged(run_dir) >= 2, 180, "training")
+    job_id = next(e["job_id"] for e in events.read(run_dir) if e["event"] == "started")
+    subprocess.run(["scancel", "--signal=USR2", job_id], check=True, timeout=30)  # a preemption warning
+    wait_until(lambda: [e for e in events.read(run_dir) if e["event"] == "resumed"], 180, "the first resume")
+    done = steps_logged(run_dir)
+    wait_until(lambda: steps_logged(run_dir) > done, 120, "training after the first resume")
+    subprocess.run(["scontrol", "requeue", job_id], check=True, timeout=30)  # SIGTERM, then a new start
+    result = finished(proc)
+    assert result["restarts"] == 2
+    stopped = [e for e in events.read(run_dir) if e["event"] == "stopped"]
+    resumed = [e["step"] for e in events.read(run_dir) if e["event"] == "resumed"]
+    assert [e["signal"] for e in stopped] == ["USR2", "TERM"] and resumed == [e["step"] for e in stopped]
+    ref = finished(reference)
+    x, y = (torch.load(Path(r) / "weights.pt") for r in (ref["run_dir"], run_dir))
+    assert x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)

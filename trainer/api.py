@@ -27,6 +27,7 @@ plain python.
 
 from __future__ import annotations
 
+import atexit
 import math
 import os
 import time
@@ -37,9 +38,8 @@ from typing import Any
 import torch
 from torch.utils.data.distributed import DistributedSampler
 
-from trainer import checkpoint, events
+from trainer import checkpoint, distenv, events, runtime
 from trainer.collectives import Ranks
-from trainer.distenv import DistEnv
 from trainer.reporting import Reporter
 from trainer.stopping import StopHook, StopProtocol, StopSignals
 
@@ -49,7 +49,7 @@ __all__ = ["Context", "ResumableSampler", "init"]
 class Context:
     """One rank's view of the run. Made by the launcher (or `init()`); not constructed by users."""
 
-    def __init__(self, env: DistEnv, device: torch.device, run_dir: Path | str, config: Any = None, *,
+    def __init__(self, env: distenv.DistEnv, device: torch.device, run_dir: Path | str, config: Any = None, *,
                  stops: StopSignals, stop_signal: str = "USR2", on_stop: StopHook | None = None,
                  checkpoint_every_steps: int = 0, keep_checkpoints: int = 3, tensorboard: bool = False,
                  progress_bar: bool = False, log_every_steps: int = 50,
@@ -122,8 +122,6 @@ class Context:
         self._objects = dict(objects)
         found = checkpoint.load_newest_good(self.run_dir / "checkpoints")
         if found is None:
-            if self.restarts:
-                self.report.event("restarted_from_scratch", reason="no checkpoint to resume from")
             return 0
         state = found.state
         if state["world_size"] != self.world_size:
@@ -189,6 +187,47 @@ class ResumableSampler(DistributedSampler):  # type: ignore[type-arg]
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         self.set_epoch(state["epoch"], state["skip"])
+
+
+_INITIALISED: dict[str, Any] = {}
+
+
+def init(run_dir: str | Path | None = None, config: Any = None, threads: int | None = None,
+         init_timeout_s: int = 120, collective_timeout_s: int = 45, stop_signal: str = "USR2",
+         checkpoint_every_steps: int = 0, keep_checkpoints: int = 3) -> Context:
+    """The same Context for a script run by torchrun (or plain python): call it once per process.
+
+    Reads the rank from torchrun's (or SLURM's) variables, forms the process group once (NCCL on a
+    GPU, gloo otherwise) and tears it down at exit, takes over the stop signals (a stop at
+    `step_boundary` then checkpoints and raises StopRequested: rerun the same command to resume).
+    `run_dir` defaults to $TRAINER_RUN_DIR, then runs/script.
+    """
+    if "ctx" in _INITIALISED:
+        return _INITIALISED["ctx"]
+    env = distenv.resolve(os.environ)
+    if threads:
+        runtime.set_threads(threads)
+    device = runtime.pick_device(torch.cuda.is_available(), env)
+    store = runtime.init_process_group(env, device, init_timeout_s, collective_timeout_s)
+    stops = StopSignals(stop_signal)
+    stops.install()
+    folder = run_dir or os.environ.get("TRAINER_RUN_DIR") or "runs/script"
+    ctx = Context(env, device, folder, config, stops=stops, stop_signal=stop_signal,
+                  checkpoint_every_steps=checkpoint_every_steps, keep_checkpoints=keep_checkpoints)
+
+    def teardown() -> None:
+        ctx.close()
+        runtime.destroy_process_group(together=False)
+        _INITIALISED.clear()
+        _INITIALISED_STORE.clear()
+
+    _INITIALISED_STORE.append(store)  # rank 0's rendezvous store lives as long as the group
+    _INITIALISED["ctx"] = ctx
+    atexit.register(teardown)
+    return ctx
+
+
+_INITIALISED_STORE: list[Any] = []
 
 
 def epoch_and_skip(step: int, steps_per_epoch: int, batch_size: int) -> tuple[int, int]:

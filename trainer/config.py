@@ -31,7 +31,12 @@ class JobConfig:
     # then only matter through what the function reads; `config:` is the function's own mapping.
     entrypoint: str = ""
     config: dict[str, Any] = field(default_factory=dict)
-    # Where the job file was (set by the submitter): the entrypoint's module is also looked up there.
+    # Or a script run once per rank, unchanged, in torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK,
+    # LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), with its command-line `args`.
+    script: str = ""
+    args: list[str] = field(default_factory=list)
+    # Where the job file was (set by the submitter): the entrypoint's module and a relative script
+    # are also looked up there.
     code_dir: str = ""
     model: Literal["lenet", "mlp", "resnet-small"] = "mlp"
     dataset: Literal["digits", "cifar10", "synthetic-cifar10"] = "digits"
@@ -108,8 +113,10 @@ class JobConfig:
         require(self.checkpoint_every_steps is None or 0 <= self.checkpoint_every_steps <= INT32_MAX,
                 "checkpoint_every_steps", self.checkpoint_every_steps, f"an integer in [0, {INT32_MAX}] or null")
         # A user's function may log or return any metric; the built-in recipe only these.
-        require(bool(self.entrypoint) or self.target_metric in METRICS, "target_metric", self.target_metric,
+        require(bool(self.entrypoint or self.script) or self.target_metric in METRICS, "target_metric", self.target_metric,
                 f"one of {', '.join(METRICS)} (any metric name with an entrypoint)")
+        require(not (self.entrypoint and self.script), "script", self.script,
+                "empty when 'entrypoint' is set (a job runs one or the other)")
         require(self.entrypoint == "" or _is_entrypoint(self.entrypoint), "entrypoint", self.entrypoint,
                 "'package.module:function'")
         require(self.fail_at == "" or _is_step_rank(self.fail_at), "fail_at", self.fail_at,

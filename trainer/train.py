@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from trainer import checkpoint, data, distenv, recipe, runtime, startup, step, stopping, userrun
+from trainer import checkpoint, data, distenv, recipe, runtime, scriptrun, startup, step, stopping, userrun
 from trainer.collectives import Ranks
 from trainer.config import JobConfig, RunSettings, interrupt_steps
 from trainer.reporting import Reporter
@@ -42,6 +42,8 @@ def run(job: JobConfig, settings: RunSettings, environ: Mapping[str, str] | None
     # Catch stop signals from the start: one that arrives while the process group forms or the data
     # loads is honoured at the first step boundary, instead of acting in the middle of a collective.
     with stopping.installed(stops, settings.stop_signal) as stops:
+        if job.script:  # a script forms its own process group, in a child process (trainer.scriptrun)
+            return scriptrun.run(job, settings, env, stops)
         device = runtime.pick_device(settings.use_gpus, env)
         with runtime.process_group(env, device, settings.init_timeout_s, settings.collective_timeout_s):
             startup.mark("process_group")

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from trainer import distenv, entry
+from trainer import checkpoint, distenv, entry
 from trainer.api import Context
 from trainer.config import JobConfig, RunSettings, interrupt_steps
 from trainer.stopping import StopHook, StopSignals
@@ -31,6 +31,9 @@ def run(job: JobConfig, settings: RunSettings, env: distenv.DistEnv, device: tor
                   log_every_steps=job.log_every_steps, interrupts=interrupt_steps(job))
     ctx.report.log(f"{job.name}: {job.entrypoint} on {env.world_size} rank(s) via {env.launcher}, device {device}"
                    + (f", attempt {ctx.restarts + 1}" if ctx.restarts else ""))
+    if ctx.restarts and not checkpoint.list_checkpoints(ctx.run_dir / "checkpoints"):
+        # Nothing to resume from (the function checkpoints nothing, or was stopped before it did).
+        ctx.report.event("restarted_from_scratch", attempt=ctx.restarts + 1)
     start = time.perf_counter()
     try:
         returned = function(ctx, config) if count == 2 else function(ctx)

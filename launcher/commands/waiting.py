@@ -181,13 +181,13 @@ def overrides_text(overrides: dict[str, Any]) -> str:
 
 # Not metrics: where and how each rank ran, shown by --json only.
 NOT_METRICS = ("run_dir", "job_id", "state", "node", "nodes", "rank", "master_addr", "threads", "resumed_from",
-               "restarts", "restart_causes", "time")
+               "restarts", "restart_causes", "time", "returncode")
 
 
 def metrics_line(result: dict[str, Any]) -> str:
     """The final metrics in one line: the built-in recipe's fixed set, or what a user's function
     logged last and returned."""
-    if "test_accuracy" in result and "images_per_second" in result:
+    if all(k in result for k in ("test_accuracy", "test_loss", "epochs", "images_per_second")):
         return (f"test_accuracy {result['test_accuracy']:.4f}  test_loss {result['test_loss']:.4f}  "
                 f"epochs {result['epochs']}  world_size {result['world_size']}  "
                 f"images/s {result['images_per_second']:.0f}")

@@ -20,6 +20,22 @@ def check_local(profile: Profile, job: JobConfig, source: str) -> None:
     check_data(profile, job)
     if job.entrypoint:
         check_entrypoint(job, source)
+    if job.script:
+        # Made absolute here, once: the tasks may start in another directory (a SLURM node's).
+        job.script = script_path(job)
+
+
+def script_path(job: JobConfig) -> str:
+    """The script as an absolute path: as given, else relative to the current directory, else to
+    the job file's folder; a ConfigError when it is none of them."""
+    tried = [Path(job.script)] if Path(job.script).is_absolute() else [Path.cwd() / job.script]
+    if job.code_dir and not Path(job.script).is_absolute():
+        tried.append(Path(job.code_dir) / job.script)
+    for path in tried:
+        if path.is_file():
+            return str(path.resolve())
+    raise ConfigError(f"job '{job.name}': key 'script' has invalid value {job.script!r}; no such file (looked in "
+                      + ", ".join(str(p.parent) for p in tried) + ")")
 
 
 def check_entrypoint(job: JobConfig, source: str) -> None:

@@ -57,7 +57,8 @@ def parse_overrides(items: list[str]) -> dict[str, dict[str, Any]]:
             value = yamlio.scalar(raw)
         except yamlio.YamlError as err:
             raise ConfigError(f"--set {item}: value {raw!r} is not a valid YAML scalar ({err})") from None
-        if isinstance(value, (dict, list)) and name not in ("setup", "env", "sbatch_extra", "extra", "container_binds"):
+        if isinstance(value, (dict, list)) and name not in ("setup", "env", "sbatch_extra", "extra", "container_binds",
+                                                            "args"):
             raise ConfigError(f"--set {item}: value must be a single scalar, got {type(value).__name__}")
         _set_dotted(out[scope], name, value, item)
     return out
@@ -124,7 +125,7 @@ def resolve(profile_name: str, job_name: str, sets: list[str]) -> Resolved:
     job_data, job_source = load_with_extends(job_path, lambda p, rel: find_job_file(p, rel), prepare_job_file)
     sweep = job_data.pop("sweep", None)
     job_data.setdefault("name", job_path.stem)
-    if job_data.get("entrypoint"):  # its module may live next to the job file (trainer.entry)
+    if job_data.get("entrypoint") or job_data.get("script"):  # may live next to the job file (trainer.entry)
         job_data.setdefault("code_dir", str(job_path.resolve().parent))
     _check_keys(overrides["job"], JobConfig, "job")
     # Merged, not replaced: `--set job.config.lr=0.1` changes one key of the function's config.

@@ -3,6 +3,7 @@ its own dataset, its own loop. The tests submit it as `entrypoint: "tests.userpk
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import torch
@@ -21,6 +22,7 @@ class TinyConfig:
     hidden: int = 32
     dropout: float = 0.1  # dropout draws random numbers: exact resume needs every rank's RNG back
     fail_at_step: int = 0  # the user's own failure, for the sweep/--resume tests (0: never)
+    step_sleep_s: float = 0.0  # slows each step, so that a test can signal the run from outside
 
 
 def blobs(samples: int, seed: int = 0) -> TensorDataset:
@@ -54,6 +56,7 @@ def train(ctx: Context, config: TinyConfig) -> dict:
             ctx.step_boundary(step)
             if config.fail_at_step and step == config.fail_at_step and ctx.rank == 0:
                 raise RuntimeError(f"failing on purpose at step {step} (config.fail_at_step)")
+            time.sleep(config.step_sleep_s)
             optimizer.zero_grad()
             loss = nn.functional.cross_entropy(model(x), y)
             loss.backward()

@@ -1,0 +1,106 @@
+"""`script:` jobs: the corrected seed program (examples/seed_cifar10.py), unchanged, run once per rank
+in torchrun's environment by the submitter (local, and 2 nodes of the dev cluster) and under plain
+torchrun; on locally made CIFAR-10 files (tests/cifar_format.py), never the real download."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.cifar_format import random_cifar10
+from tests.helpers import ROOT, last_json, run_submit
+
+SEED = ROOT / "examples" / "seed_cifar10.py"
+
+
+@pytest.fixture(scope="module")
+def cifar(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("cifar")
+    random_cifar10(root)
+    return root
+
+
+def job(tmp_path: Path, cifar: Path, extra: str = "") -> str:
+    args = ["--data", str(cifar), "--epochs", "1", "--max-steps", "4", "--no-md5"]
+    (tmp_path / "seed.yaml").write_text(f"name: seed-script\nscript: {SEED}\nargs: {json.dumps(args)}\n{extra}")
+    return str(tmp_path / "seed.yaml")
+
+
+def test_seed_script_on_two_local_ranks_with_thread_control(tmp_path: Path, cifar: Path) -> None:
+    proc = run_submit(["--job", job(tmp_path, cifar), "--set", "profile.cpus_per_task=1", "--json"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = last_json(proc.stdout)
+    # The script's own last JSON line is the result; it ran with the profile's one thread per rank.
+    assert result["world_size"] == 2 and result["threads"] == 1 and 0 <= result["test_accuracy"] <= 1
+    assert result["epochs"] == 1 and result["images_per_second"] > 0
+
+
+def test_script_relative_to_the_job_file_and_torchrun_environment(tmp_path: Path) -> None:
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "show.py").write_text(
+        "import json, os\nkeys = ('RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'LOCAL_WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT',"
+        " 'TORCHELASTIC_RESTART_COUNT', 'OMP_NUM_THREADS')\n"
+        "env = {k: os.environ.get(k) for k in keys}\n"
+        "open(os.environ['TRAINER_RUN_DIR'] + f\"/env-{env['RANK']}.json\", 'w').write(json.dumps(env))\n"
+        "print(json.dumps({'rank_seen': int(env['RANK'])}))\n")
+    (tmp_path / "jobs" / "show.yaml").write_text("script: show.py\n")
+    proc = run_submit(["--job", "jobs/show.yaml", "--json"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_dir = Path(last_json(proc.stdout)["run_dir"])
+    seen = [json.loads((run_dir / f"env-{r}.json").read_text()) for r in (0, 1)]
+    assert [s["RANK"] for s in seen] == ["0", "1"] and {s["WORLD_SIZE"] for s in seen} == {"2"}
+    assert [s["LOCAL_RANK"] for s in seen] == ["0", "1"] and {s["LOCAL_WORLD_SIZE"] for s in seen} == {"2"}
+    assert len({s["MASTER_PORT"] for s in seen}) == 1 and {s["TORCHELASTIC_RESTART_COUNT"] for s in seen} == {"0"}
+    assert {s["OMP_NUM_THREADS"] for s in seen} == {"1"}
+
+
+def test_failing_script_fails_the_run_naming_the_rank(tmp_path: Path) -> None:
+    (tmp_path / "bad.py").write_text("import os, sys\nsys.exit(3 if os.environ['RANK'] == '1' else 0)\n")
+    (tmp_path / "bad.yaml").write_text("script: bad.py\n")
+    proc = run_submit(["--job", "bad.yaml"], cwd=tmp_path)
+    assert proc.returncode == 1 and "exited with status 3 on rank 1" in proc.stderr
+
+
+def test_seed_script_under_plain_torchrun(tmp_path: Path, cifar: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           str(SEED), "--data", str(cifar), "--epochs", "1", "--max-steps", "4", "--no-md5"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert 0 <= json.loads(proc.stdout.strip().splitlines()[-1])["test_accuracy"] <= 1
+
+
+@pytest.mark.slurm
+def test_seed_script_on_two_dev_cluster_nodes(slurm_cluster: Path, tmp_path: Path, cifar: Path) -> None:
+    proc = run_submit(["--profile", "dev-cluster", "--job", job(tmp_path, cifar), "--set", "profile.nodes=2",
+                       "--set", f"profile.runs_dir={tmp_path / 'runs'}", "--wait", "--json"], cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = last_json(proc.stdout)
+    assert result["world_size"] == 2 and len(set(result["nodes"])) == 2 and 0 <= result["test_accuracy"] <= 1
+
+
+# ----- the same LeNet as an entrypoint (examples/lenet_entrypoint.py), with exact resume -------------
+
+def lenet_job(tmp_path: Path, cifar: Path) -> str:
+    text = (ROOT / "examples" / "lenet-entrypoint.yaml").read_text()
+    text = text.replace("  data: data\n  epochs: 10\n", f"  data: {cifar}\n  epochs: 2\n  steps_per_epoch: 4\n"
+                        "  no_md5: true\n")
+    (tmp_path / "lenet.yaml").write_text(f"{text}code_dir: {ROOT / 'examples'}\nlog_every_steps: 1000\n")
+    return str(tmp_path / "lenet.yaml")
+
+
+def test_lenet_entrypoint_requeued_twice_ends_bitwise_identical(tmp_path: Path, cifar: Path) -> None:
+    reference = run_submit(["--job", lenet_job(tmp_path, cifar), "--json"], cwd=tmp_path)
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    stopped = run_submit(["--job", lenet_job(tmp_path, cifar), "--set", "job.interrupt_at=3,5", "--json"], cwd=tmp_path)
+    assert stopped.returncode == 0, stopped.stderr[-3000:]
+    ref, run = last_json(reference.stdout), last_json(stopped.stdout)
+    assert run["restarts"] == 2 and run["steps"] == ref["steps"] == 8
+    x, y = (torch.load(Path(r["run_dir"]) / "weights.pt") for r in (ref, run))
+    assert x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
