@@ -114,6 +114,7 @@ def test_local_profile_dry_run(capsys: pytest.CaptureFixture[str]) -> None:
 
 SWEEP_ERRORS = [
     ("grd: {lr: [0.1]}", ["unknown key 'sweep.grd'", "grid", "tasks"]),
+    ("grid: {lrr: [0.1]}", ["unknown key 'sweep.grid.lrr'", "lr"]),
     ("grid: [0.1, 0.2]", ["key 'sweep.grid' must map job keys to lists of values"]),
     ("tasks: [0.1]", ["key 'sweep.tasks' must be a list of mappings of job keys to values"]),
     ("tasks: {lr: 0.1}", ["key 'sweep.tasks' must be a list of mappings"]),
@@ -143,3 +144,12 @@ def test_a_relative_slurm_conf_is_relative_to_the_project_not_the_working_folder
     shown = dry_run(["--profile", profile], capsys)
     root = Path(__file__).resolve().parent.parent
     assert f"export SLURM_CONF={root / 'nowhere' / 'slurm.conf'}" in script_lines(shown)
+
+
+def test_a_setup_line_that_is_not_one_command_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    profile = write(tmp_path / "p.yaml", "extends: slurm-cpu\nsetup: ['echo \"unclosed']\n")
+    code, out, err = call(["--profile", profile, "--dry-run"], capsys)
+    assert code == 2, out + err
+    (line,) = err.strip().splitlines()
+    assert line.startswith("error: profile.setup[0]: 'echo \"unclosed' is not a command line (No closing quotation)"), line
+    assert "each setup line is one command" in line
