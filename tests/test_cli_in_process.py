@@ -153,3 +153,23 @@ def test_a_setup_line_that_is_not_one_command_is_refused(tmp_path: Path, capsys:
     (line,) = err.strip().splitlines()
     assert line.startswith("error: profile.setup[0]: 'echo \"unclosed' is not a command line (No closing quotation)"), line
     assert "each setup line is one command" in line
+
+
+@pytest.mark.parametrize("key,written,value", [
+    ("job.name", "two\nlines", "two\nlines"),  # a real newline in the argument
+    ("profile.constraint", "a\rb", "a\rb"),
+    ("profile.sbatch_extra.comment", '"a\\tb"', "a\tb"),  # a YAML escape
+])
+def test_a_control_character_in_an_sbatch_value_is_refused(capsys: pytest.CaptureFixture[str], key: str,
+                                                           written: str, value: str) -> None:
+    # A newline would end the #SBATCH line and start a shell command in the batch script.
+    code, out, err = call(["--profile", "slurm-cpu", "--set", f"{key}={written}", "--dry-run"], capsys)
+    assert code == 2, out + err
+    (line,) = err.strip().splitlines()
+    control = next(c for c in value if ord(c) < 32)
+    assert line.startswith(f"error: {key}: {value!r} contains the control character {control!r}"), line
+    assert "SLURM options are single-line text" in line
+
+
+def test_the_job_names_the_slurm_conf_of_its_profile_and_none_without_one(capsys: pytest.CaptureFixture[str]) -> None:
+    assert not any("SLURM_CONF" in line for line in script_lines(dry_run(["--profile", "slurm-cpu"], capsys)))
