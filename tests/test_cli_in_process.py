@@ -173,3 +173,25 @@ def test_a_control_character_in_an_sbatch_value_is_refused(capsys: pytest.Captur
 
 def test_the_job_names_the_slurm_conf_of_its_profile_and_none_without_one(capsys: pytest.CaptureFixture[str]) -> None:
     assert not any("SLURM_CONF" in line for line in script_lines(dry_run(["--profile", "slurm-cpu"], capsys)))
+
+
+def test_cifar10_data_folders_are_checked_before_anything_is_queued(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    missing, empty = tmp_path / "missing", tmp_path / "empty"
+    empty.mkdir()
+    code, _, err = call(["--job", "cifar10", "--set", f"job.data_dir={missing}", "--dry-run"], capsys)
+    assert code == 2 and err.strip() == (f"error: job.data_dir: data folder {str(missing)!r} does not exist; point "
+                                         "it at the folder that holds 'cifar-10-batches-py' (or leave it empty to "
+                                         "use the profile's data_dir)"), err
+    for where in (["--set", f"job.data_dir={empty}"], ["--set", f"profile.data_dir={empty}"]):
+        code, _, err = call(["--job", "cifar10", "--set", "job.download=false", *where, "--dry-run"], capsys)
+        key = where[1].split("=")[0]
+        assert code == 2 and err.strip() == (f"error: {key}: {str(empty)!r} holds no 'cifar-10-batches-py' folder "
+                                             "and job.download is false; copy CIFAR-10 there or set --set "
+                                             "job.download=true"), err
+    (empty / "cifar-10-batches-py").mkdir()
+    assert dry_run(["--job", "cifar10", "--set", "job.download=false", "--set", f"profile.data_dir={empty}"],
+                   capsys)["job"]["dataset"] == "cifar10"
+    # An existing folder is enough while downloading is allowed; digits needs no folder at all.
+    assert dry_run(["--job", "cifar10", "--set", f"job.data_dir={empty}"], capsys)["job"]["dataset"] == "cifar10"
+    assert dry_run(["--set", f"job.data_dir={missing}"], capsys)["job"]["dataset"] == "digits"
