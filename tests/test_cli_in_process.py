@@ -151,7 +151,8 @@ def test_a_setup_line_that_is_not_one_command_is_refused(tmp_path: Path, capsys:
     code, out, err = call(["--profile", profile, "--dry-run"], capsys)
     assert code == 2, out + err
     (line,) = err.strip().splitlines()
-    assert line.startswith("error: profile.setup[0]: 'echo \"unclosed' is not a command line (No closing quotation)"), line
+    assert line.startswith("error: profile.setup[0]: 'echo \"unclosed' is not a command line "
+                           "(No closing quotation)"), line
     assert "each setup line is one command" in line
 
 
