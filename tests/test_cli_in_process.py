@@ -38,6 +38,7 @@ def test_bad_input_is_one_clear_line_and_exit_2(tmp_path: Path, capsys: pytest.C
                                                 files: dict[str, str], args: list[str], expected: list[str]) -> None:
     paths = {name: write(tmp_path / name, text) for name, text in files.items()}
     paths["empty"] = str(tmp_path / "empty")
+    paths["missing"] = str(tmp_path / "missing" / "cifar")
     for name, path in paths.items():
         args = [a.replace("{" + name + "}", path) for a in args]
     code, out, err = call(args, capsys)
