@@ -73,6 +73,8 @@ def test_slurm_gpu_profile_requests_one_task_per_gpu_and_kills_the_job_on_a_bad_
                  "export NCCL_DEBUG=WARN", "module load cuda/12.4", "source venv/bin/activate"]:
         assert line in lines, line
     assert not any(line.startswith(("#SBATCH --qos", "#SBATCH --constraint", "#SBATCH --array")) for line in lines)
+    # stderr in its own file per task: the submitter reads the failing rank's traceback there
+    assert any(line.startswith("#SBATCH --error=") and line.endswith("_0_log.err") for line in lines)
     (srun,) = [line for line in lines if line.startswith("srun ")]
     assert "--kill-on-bad-exit=1" in srun.split()
     settings = shown["settings"]
@@ -197,3 +199,16 @@ def test_cifar10_data_folders_are_checked_before_anything_is_queued(tmp_path: Pa
     # An existing folder is enough while downloading is allowed; digits needs no folder at all.
     assert dry_run(["--job", "cifar10", "--set", f"job.data_dir={empty}"], capsys)["job"]["dataset"] == "cifar10"
     assert dry_run(["--set", f"job.data_dir={missing}"], capsys)["job"]["dataset"] == "digits"
+
+
+@pytest.mark.parametrize("profile", ["local", "debug"])
+def test_gpus_on_an_in_machine_executor_without_a_driver_are_refused(capsys: pytest.CaptureFixture[str],
+                                                                     profile: str) -> None:
+    from launcher.config.checks import cuda_visible_here  # a machine with a driver accepts the request
+    code, _, err = call(["--profile", profile, "--set", "profile.gpus_per_node=1", "--set",
+                         "profile.tasks_per_node=1", "--dry-run"], capsys)
+    if cuda_visible_here():
+        assert code == 0, err
+    else:
+        assert code == 2, err
+        assert f"has no NVIDIA GPU (no driver found), so the {profile} executor allows only 0" in err
