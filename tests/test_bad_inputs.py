@@ -44,9 +44,8 @@ CASES = [
     ("GPUs on a CPU-only machine", {}, ["--set", "profile.gpus_per_node=2", "--set", "profile.tasks_per_node=2"],
      ["gpus_per_node", "no NVIDIA GPU"]),
     ("GPU profile with tasks != GPUs", {}, ["--set", "profile.gpus_per_node=1"], ["one task per GPU"]),
-    # In this test's own folder: a fixed path like /nonexistent could exist (a run as root creates it).
-    ("missing data dir", {}, ["--job", "cifar10", "--set", "job.data_dir={empty}/cifar"],
-     ["job.data_dir", "/empty/cifar", "does not exist"]),
+    ("missing data dir", {}, ["--job", "cifar10", "--set", "job.data_dir={missing}"],
+     ["job.data_dir", "missing/cifar", "does not exist"]),
     ("no data and download off", {"empty/.keep": ""},
      ["--job", "cifar10", "--set", "job.download=false", "--set", "profile.data_dir={empty}"],
      ["cifar-10-batches-py", "download"]),
@@ -326,6 +325,7 @@ def test_bad_input_is_one_clear_line_and_exit_2(tmp_path: Path, files: dict[str,
                                                 expected: list[str]) -> None:
     paths = {name: write(tmp_path / name, text) for name, text in files.items()}
     paths["empty"] = str(tmp_path / "empty")
+    paths["missing"] = str(tmp_path / "missing" / "cifar")  # not a fixed path that something may create
     for name, path in paths.items():
         args = [a.replace("{" + name + "}", path) for a in args]
     proc = run_submit(args, cwd=tmp_path, timeout=60)

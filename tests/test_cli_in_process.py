@@ -38,6 +38,7 @@ def test_bad_input_is_one_clear_line_and_exit_2(tmp_path: Path, capsys: pytest.C
                                                 files: dict[str, str], args: list[str], expected: list[str]) -> None:
     paths = {name: write(tmp_path / name, text) for name, text in files.items()}
     paths["empty"] = str(tmp_path / "empty")
+    paths["missing"] = str(tmp_path / "missing" / "cifar")
     for name, path in paths.items():
         args = [a.replace("{" + name + "}", path) for a in args]
     code, out, err = call(args, capsys)
@@ -72,6 +73,8 @@ def test_slurm_gpu_profile_requests_one_task_per_gpu_and_kills_the_job_on_a_bad_
                  "export NCCL_DEBUG=WARN", "module load cuda/12.4", "source venv/bin/activate"]:
         assert line in lines, line
     assert not any(line.startswith(("#SBATCH --qos", "#SBATCH --constraint", "#SBATCH --array")) for line in lines)
+    # stderr in its own file per task: the submitter reads the failing rank's traceback there
+    assert any(line.startswith("#SBATCH --error=") and line.endswith("_0_log.err") for line in lines)
     (srun,) = [line for line in lines if line.startswith("srun ")]
     assert "--kill-on-bad-exit=1" in srun.split()
     settings = shown["settings"]
@@ -114,6 +117,7 @@ def test_local_profile_dry_run(capsys: pytest.CaptureFixture[str]) -> None:
 
 SWEEP_ERRORS = [
     ("grd: {lr: [0.1]}", ["unknown key 'sweep.grd'", "grid", "tasks"]),
+    ("grid: {lrr: [0.1]}", ["unknown key 'sweep.grid.lrr'", "lr"]),
     ("grid: [0.1, 0.2]", ["key 'sweep.grid' must map job keys to lists of values"]),
     ("tasks: [0.1]", ["key 'sweep.tasks' must be a list of mappings of job keys to values"]),
     ("tasks: {lr: 0.1}", ["key 'sweep.tasks' must be a list of mappings"]),
@@ -143,3 +147,68 @@ def test_a_relative_slurm_conf_is_relative_to_the_project_not_the_working_folder
     shown = dry_run(["--profile", profile], capsys)
     root = Path(__file__).resolve().parent.parent
     assert f"export SLURM_CONF={root / 'nowhere' / 'slurm.conf'}" in script_lines(shown)
+
+
+def test_a_setup_line_that_is_not_one_command_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    profile = write(tmp_path / "p.yaml", "extends: slurm-cpu\nsetup: ['echo \"unclosed']\n")
+    code, out, err = call(["--profile", profile, "--dry-run"], capsys)
+    assert code == 2, out + err
+    (line,) = err.strip().splitlines()
+    assert line.startswith("error: profile.setup[0]: 'echo \"unclosed' is not a command line "
+                           "(No closing quotation)"), line
+    assert "each setup line is one command" in line
+
+
+@pytest.mark.parametrize("key,written,value", [
+    ("job.name", "two\nlines", "two\nlines"),  # a real newline in the argument
+    ("profile.constraint", "a\rb", "a\rb"),
+    ("profile.sbatch_extra.comment", '"a\\tb"', "a\tb"),  # a YAML escape
+])
+def test_a_control_character_in_an_sbatch_value_is_refused(capsys: pytest.CaptureFixture[str], key: str,
+                                                           written: str, value: str) -> None:
+    # A newline would end the #SBATCH line and start a shell command in the batch script.
+    code, out, err = call(["--profile", "slurm-cpu", "--set", f"{key}={written}", "--dry-run"], capsys)
+    assert code == 2, out + err
+    (line,) = err.strip().splitlines()
+    control = next(c for c in value if ord(c) < 32)
+    assert line.startswith(f"error: {key}: {value!r} contains the control character {control!r}"), line
+    assert "SLURM options are single-line text" in line
+
+
+def test_the_job_names_the_slurm_conf_of_its_profile_and_none_without_one(capsys: pytest.CaptureFixture[str]) -> None:
+    assert not any("SLURM_CONF" in line for line in script_lines(dry_run(["--profile", "slurm-cpu"], capsys)))
+
+
+def test_cifar10_data_folders_are_checked_before_anything_is_queued(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    missing, empty = tmp_path / "missing", tmp_path / "empty"
+    empty.mkdir()
+    code, _, err = call(["--job", "cifar10", "--set", f"job.data_dir={missing}", "--dry-run"], capsys)
+    assert code == 2 and err.strip() == (f"error: job.data_dir: data folder {str(missing)!r} does not exist; point "
+                                         "it at the folder that holds 'cifar-10-batches-py' (or leave it empty to "
+                                         "use the profile's data_dir)"), err
+    for where in (["--set", f"job.data_dir={empty}"], ["--set", f"profile.data_dir={empty}"]):
+        code, _, err = call(["--job", "cifar10", "--set", "job.download=false", *where, "--dry-run"], capsys)
+        key = where[1].split("=")[0]
+        assert code == 2 and err.strip() == (f"error: {key}: {str(empty)!r} holds no 'cifar-10-batches-py' folder "
+                                             "and job.download is false; copy CIFAR-10 there or set --set "
+                                             "job.download=true"), err
+    (empty / "cifar-10-batches-py").mkdir()
+    assert dry_run(["--job", "cifar10", "--set", "job.download=false", "--set", f"profile.data_dir={empty}"],
+                   capsys)["job"]["dataset"] == "cifar10"
+    # An existing folder is enough while downloading is allowed; digits needs no folder at all.
+    assert dry_run(["--job", "cifar10", "--set", f"job.data_dir={empty}"], capsys)["job"]["dataset"] == "cifar10"
+    assert dry_run(["--set", f"job.data_dir={missing}"], capsys)["job"]["dataset"] == "digits"
+
+
+@pytest.mark.parametrize("profile", ["local", "debug"])
+def test_gpus_on_an_in_machine_executor_without_a_driver_are_refused(capsys: pytest.CaptureFixture[str],
+                                                                     profile: str) -> None:
+    from launcher.config.checks import cuda_visible_here  # a machine with a driver accepts the request
+    code, _, err = call(["--profile", profile, "--set", "profile.gpus_per_node=1", "--set",
+                         "profile.tasks_per_node=1", "--dry-run"], capsys)
+    if cuda_visible_here():
+        assert code == 0, err
+    else:
+        assert code == 2, err
+        assert f"has no NVIDIA GPU (no driver found), so the {profile} executor allows only 0" in err

@@ -150,3 +150,25 @@ def test_a_rank_killed_before_the_process_group_forms_ends_the_job_through_kill_
     assert not (run_dir / "metrics.jsonl").exists()  # it never trained: the kill came before the rendezvous
     state, end = sacct_end(result["job_id"])
     assert state == "FAILED" and end - killed < 60
+
+
+@pytest.mark.slurm
+def test_a_rank_that_hangs_ends_the_job_after_the_collective_timeout(slurm_cluster: Path, tmp_path: Path) -> None:
+    # Rank 1 is frozen (SIGSTOP), not dead: its connections stay open, so only rank 0's collective
+    # timeout (20 s here; start-up at 600 s) ends rank 0, and srun --kill-on-bad-exit then rank 1.
+    proc = _popen_submit(["--profile", "dev-cluster", "--wait", "--set", "job.epochs=200", "--json", "--set",
+                          "profile.collective_timeout_s=20", "--set", "profile.init_timeout_s=600"], tmp_path)
+    try:
+        run_dir = wait_until(lambda: next((tmp_path / "runs").glob("*/metrics.jsonl"), None), 180,
+                             "the first epoch").parent
+        os.kill(wait_until(lambda: rank_pid(run_dir, 1), 30, "rank 1's pid"), signal.SIGSTOP)
+        frozen = time.time()
+        out, err = proc.communicate(timeout=240)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, out + err
+    result = last_json(out)
+    assert result["state"] == "FAILED" and result["failed_rank"] == 0, result
+    assert "Timed out" in result["error"] or "timed out" in result["error"], result["error"]
+    state, end = sacct_end(result["job_id"])
+    assert state == "FAILED" and 19 <= end - frozen < 20 + 60

@@ -5,14 +5,18 @@ the uninterrupted run."""
 
 from __future__ import annotations
 
+import datetime
+import os
+import signal
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.helpers import last_json, run_submit, wait_until
-from tests.test_exact_resume import _popen_submit, attempt_banners, same_weights
+from tests.test_exact_resume import _popen_submit, attempt_banners, rank_pid, same_weights
 from trainer import events
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
@@ -104,3 +108,67 @@ def test_time_limit_signal_requeues_then_the_time_out_cap_ends_the_job(tmp_path:
     assert first["requeued"] and first["reason"] == "timeout" and not second["requeued"]
     (resumed,) = events_of(run_dir, "resumed")
     assert resumed["step"] == first["step"]
+
+
+
+def job_start(job_id: str) -> float:
+    """When SLURM started the job's current attempt (epoch seconds)."""
+    out = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, check=True,
+                         timeout=30).stdout
+    stamp = out.split("StartTime=")[1].split()[0]
+    return datetime.datetime.fromisoformat(stamp).timestamp()
+
+
+def test_a_run_requeued_by_its_time_limit_completes_bitwise_identical_to_an_uninterrupted_one(
+        tmp_path: Path) -> None:
+    # A 1-minute limit with the signal 45 s before it: SLURM signals each attempt 15-45 s after it
+    # starts. So that the first attempt cannot end before its signal however fast this machine is, the
+    # test freezes both ranks (SIGSTOP: a slow machine) mid-training until the signal is due, then lets
+    # them go: they stop at the next step, checkpoint and requeue as a time-out; later attempts finish
+    # the remaining steps (on a loaded machine an attempt may do little before its signal: many
+    # time-out requeues are allowed).
+    job = "extends: digits\nname: digits-timelimit\nepochs: 10\neval_every_epochs: 10\nlog_every_steps: 100000\n"
+    for name in ("limited", "plain"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "job.yaml").write_text(job)
+    common = ["--job", "job.yaml", "--profile", "dev-cluster", "--wait", "--json"]
+    reference = _popen_submit([*common, "--set", "profile.time_min=10"], tmp_path / "plain")
+    run = _popen_submit([*common, "--set", "profile.time_min=1", "--set", "profile.signal_delay_s=45",
+                         "--set", "profile.max_timeout_requeues=20",
+                         # a collective in flight when the ranks froze must not time out once they resume
+                         "--set", "profile.collective_timeout_s=600"], tmp_path / "limited")
+    try:
+        run_dir = wait_until(lambda: next((tmp_path / "limited" / "runs").glob("*/run.json"), None), 120,
+                             "the run folder").parent
+        wait_until(lambda: (run_dir / "metrics.jsonl").exists(), 180, "the first epoch", poll=0.02)
+        due = job_start(events_of(run_dir, "started")[0]["job_id"]) + 47  # SLURM has signalled by then
+        if time.time() < due - 1:  # else this machine was slow enough by itself: signalled already
+            pids = [rank_pid(run_dir, 0), rank_pid(run_dir, 1)]
+            try:
+                for pid in pids:
+                    os.kill(pid, signal.SIGSTOP)
+                time.sleep(due - time.time())
+            except ProcessLookupError:
+                pass  # that attempt had already stopped on its signal (a slow machine needs no freezing)
+            finally:
+                for pid in pids:
+                    try:
+                        os.kill(pid, signal.SIGCONT)
+                    except ProcessLookupError:
+                        pass
+        out, err = run.communicate(timeout=780)
+        ref_out, ref_err = reference.communicate(timeout=300)
+    finally:
+        run.kill()
+        reference.kill()
+    assert run.returncode == 0, out + err[-3000:]
+    assert reference.returncode == 0, ref_err[-3000:]
+    result, ref = last_json(out), last_json(ref_out)
+    assert result["restarts"] >= 1 and result["restart_causes"] == {"timeout": result["restarts"]}, result
+    assert ref["restarts"] == 0
+    stopped = events_of(run_dir, "stopped")
+    assert len(stopped) == result["restarts"]
+    assert all(e["requeued"] and e["reason"] == "timeout" for e in stopped), stopped
+    assert [e["step"] for e in events_of(run_dir, "resumed")] == [e["step"] for e in stopped]  # nothing lost
+    assert result["epochs"] == ref["epochs"] == 10
+    assert same_weights(Path(ref["run_dir"]) / "model_final.pt", run_dir / "model_final.pt")

@@ -1,0 +1,75 @@
+"""Mutation testing of the core (not part of CI): `python tests/mutation.py [PATTERN ...]`.
+
+mutmut (3.x, `pip install -e .[mutation]`) copies the project to mutants/, makes one-line changes
+(mutants) to the functions of the modules listed under [tool.mutmut] in pyproject.toml (the training
+loop, checkpoints, stop protocol, distributed environment, data and config of trainer/; the config and
+request code of launcher/), first runs the fast in-process tests listed there once to learn which tests
+reach which function, then runs only those tests against each mutant. A mutant is killed when a test
+fails. This prints the kill rate and every survivor (`mutmut show NAME` shows its diff).
+
+PATTERN (fnmatch over mutant names, e.g. 'launcher.config.*' or 'trainer.checkpoint.*') limits the run
+to some modules. mutmut keeps results in mutants/ and a later run redoes only mutants of changed source;
+after changing the tests, pass --fresh (mutmut keeps a survivor's verdict even when a new test would kill it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import fnmatch
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("patterns", nargs="*", help="mutant name patterns (default: every module configured)")
+    parser.add_argument("--max-children", type=int, default=os.cpu_count() or 1,
+                        help="mutants tested at once (default: the CPU count)")
+    parser.add_argument("--fresh", action="store_true", help="delete mutants/ first (no results kept)")
+    args = parser.parse_args()
+    mutmut = shutil.which("mutmut")
+    if mutmut is None:
+        print("error: mutmut is not installed: pip install -e '.[mutation]'", file=sys.stderr)
+        return 2
+    if args.fresh:
+        shutil.rmtree(ROOT / "mutants", ignore_errors=True)
+    # The tests' subprocesses must import the mutated copy, not the installed project.
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "mutants")}
+    env.pop("SLURM_CONF", None)
+    start = time.monotonic()
+    subprocess.run([mutmut, "run", "--max-children", str(args.max_children), *args.patterns], cwd=ROOT, env=env,
+                   check=False)
+    elapsed = time.monotonic() - start
+    # Every mutant with its status ("name: status"), killed ones included.
+    listing = subprocess.run([mutmut, "results", "--all", "true"], cwd=ROOT, env=env, check=True,
+                             capture_output=True, text=True).stdout
+    status = {}
+    for line in listing.splitlines():
+        name, sep, state = line.strip().rpartition(": ")
+        if sep and (not args.patterns or any(fnmatch.fnmatch(name, p) for p in args.patterns)):
+            status[name] = state
+    counts = collections.Counter(status.values())
+    survivors = sorted(name for name, state in status.items() if state in ("survived", "no tests"))
+    print("\nsurvivors (`mutmut show NAME` shows the change):")
+    print("\n".join(f"  {name}: {status[name]}" for name in survivors) or "  none")
+    # A mutant that no fast test reaches ("no tests") counts as a survivor: the suite does not prove
+    # that code. A timeout is not counted as killed: on a loaded machine a slow test run is one too.
+    tested = sum(n for state, n in counts.items() if state not in ("skipped", "not checked"))
+    killed = counts["killed"]
+    rate = killed / tested if tested else 0.0
+    with_timeouts = (killed + counts["timeout"]) / tested if tested else 0.0
+    print(f"\nmutants: {len(status)} ({', '.join(f'{state} {n}' for state, n in sorted(counts.items()))}); "
+          f"kill rate {killed}/{tested} = {rate:.1%} ({with_timeouts:.1%} counting timeouts as killed); "
+          f"this run took {elapsed:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
