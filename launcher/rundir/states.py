@@ -17,6 +17,7 @@ run folder and `/proc`. Nothing here imports torch.
 from __future__ import annotations
 
 import datetime
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,6 +87,21 @@ def log_times(run_dir: Path, job_id: str) -> tuple[float | None, float | None]:
     files = [p for p in folder.glob("*") if p.is_file()] if folder.is_dir() else []
     end = max((p.stat().st_mtime for p in files), default=None)
     return start, end
+
+
+RECORD_SOURCE = "run folder (recorded)"
+
+
+def finished_record(task_dir: Path, job_id: str) -> dict[str, Any] | None:
+    """A task's result.json when it records that `job_id` completed (with its wall time), else None."""
+    try:  # (no exists() first: one system call fewer per task, 10,000 of them in a large sweep)
+        with open(task_dir / RESULT_FILE, "rb") as fh:
+            result = json.loads(fh.read())
+    except (OSError, ValueError):
+        return None
+    if isinstance(result, dict) and result.get("job_id") == job_id and result.get("state") == "COMPLETED" and "wall_time_s" in result:
+        return result
+    return None
 
 
 def _submitted_at(info: RunInfo, job_id: str) -> float:
@@ -177,6 +193,13 @@ def _one_task(info: RunInfo, task: int, job_id: str, history: list[str],
                    job_history=list(history))
     if not job_id:
         ts.state, ts.source, ts.error = "failed", "run folder", "never submitted"
+        return ts
+    finished = finished_record(ts.task_dir, job_id) if info.is_sweep else None
+    if finished is not None:
+        # Recorded by an earlier `status` once this job had completed: nothing can change any more,
+        # so neither the pickles nor the logs are read again (10,000 tasks answer in a second or two).
+        ts.state, ts.source, ts.result = "completed", RECORD_SOURCE, finished
+        ts.restarts, ts.wall_time_s = int(finished.get("restarts") or 0), finished.get("wall_time_s")
         return ts
     outcomes = read_outcomes(info.run_dir, job_id)
     failure = failure_of(outcomes)
