@@ -28,7 +28,7 @@ from launcher.commands.waiting import overrides_text
 from launcher.config.resolve import runs_dir
 from launcher.rundir import layout, record, results
 from launcher.rundir.record import RunInfo, find_run, load_run, run_folders
-from launcher.rundir.states import ACTIVE, RECORD_SOURCE, TaskState, task_states
+from launcher.rundir.states import ACTIVE, TaskState, task_states
 from trainer.schema import ConfigError
 
 
@@ -117,7 +117,7 @@ def _status_text(info: RunInfo, states: list[TaskState], summary: dict[str, Any]
 def _recorded_result(ts: TaskState) -> tuple[dict[str, Any] | None, str]:
     """The task's final metrics, and a note naming its result.json if that file is unreadable
     (truncated, not JSON, not an object): the state then comes from the scheduler and the pickles."""
-    if ts.source == RECORD_SOURCE:
+    if ts.recorded:
         return ts.result, ""  # just read from that very file
     path = ts.task_dir / layout.RESULT_FILE
     try:

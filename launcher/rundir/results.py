@@ -22,7 +22,7 @@ from launcher.config.sweep import swept_keys
 from launcher.rundir import plots
 from launcher.rundir.layout import CURVES_FILE, METRICS_FILE, RESULT_FILE, SUMMARY_CSV, SUMMARY_MD, SUMMARY_PNG
 from launcher.rundir.record import RunInfo, load_run, read_optional, update_record, write_result
-from launcher.rundir.states import ACTIVE, RECORD_SOURCE, TaskState, task_states
+from launcher.rundir.states import ACTIVE, TaskState, task_states
 
 METRIC_COLUMNS = ["test_accuracy", "test_loss", "train_loss", "images_per_second", "epochs", "steps"]
 TAIL_COLUMNS = ["wall_time_s", "restarts", "job_id", "error"]
@@ -116,11 +116,11 @@ def _write_task_results(info: RunInfo, states: list[TaskState], max_curves: int 
     # A picture costs 0.1-1 s (more on a loaded machine): `status` also stops drawing after budget_s.
     deadline = time.monotonic() + budget_s if budget_s is not None else float("inf")
     for ts in states:
-        if ts.state == "completed" and ts.result and ts.source != RECORD_SOURCE and _worth_recording(ts):
+        if ts.state == "completed" and ts.result and not ts.recorded and _worth_recording(ts):
             # With the wall time, so that later calls take the task as finished (states.finished_record).
             write_result(ts.task_dir, ts.result, job_id=ts.job_id, restarts=ts.restarts, task=ts.task,
                          overrides=ts.overrides, wall_time_s=ts.wall_time_s)
-        if ts.source == RECORD_SOURCE and (ts.task_dir / CURVES_FILE).exists():
+        if ts.recorded and (ts.task_dir / CURVES_FILE).exists():
             continue  # a finished task's metrics no longer change: its picture stays fresh
         if not ts.task_dir.is_dir() or plots.is_fresh(ts.task_dir / CURVES_FILE, ts.task_dir / METRICS_FILE):
             continue

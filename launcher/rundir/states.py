@@ -55,6 +55,8 @@ class TaskState:
     # Why a pending task waits (SLURM's reason), and when SLURM expects it to start.
     reason: str = ""
     expected_start: float | None = None
+    # The outcome came from the task's result.json (see finished_record), not its pickles and logs.
+    recorded: bool = False
 
     def as_json(self) -> dict[str, Any]:
         return {"task": self.task, "state": self.state, "restarts": self.restarts, "job_id": self.job_id,
@@ -87,9 +89,6 @@ def log_times(run_dir: Path, job_id: str) -> tuple[float | None, float | None]:
     files = [p for p in folder.glob("*") if p.is_file()] if folder.is_dir() else []
     end = max((p.stat().st_mtime for p in files), default=None)
     return start, end
-
-
-RECORD_SOURCE = "run folder (recorded)"
 
 
 def finished_record(task_dir: Path, job_id: str) -> dict[str, Any] | None:
@@ -194,14 +193,12 @@ def _one_task(info: RunInfo, task: int, job_id: str, history: list[str],
     if not job_id:
         ts.state, ts.source, ts.error = "failed", "run folder", "never submitted"
         return ts
+    # Recorded by an earlier `status` once this job had completed: its pickles, logs and events no
+    # longer change, so they are not read again (what makes 10,000 tasks answer in seconds). The
+    # scheduler, where it knows the job, still gives the state.
     finished = finished_record(ts.task_dir, job_id) if info.is_sweep else None
-    if finished is not None:
-        # Recorded by an earlier `status` once this job had completed: nothing can change any more,
-        # so neither the pickles nor the logs are read again (10,000 tasks answer in a second or two).
-        ts.state, ts.source, ts.result = "completed", RECORD_SOURCE, finished
-        ts.restarts, ts.wall_time_s = int(finished.get("restarts") or 0), finished.get("wall_time_s")
-        return ts
-    outcomes = read_outcomes(info.run_dir, job_id)
+    ts.recorded = finished is not None
+    outcomes = {0: ("success", finished)} if finished is not None else read_outcomes(info.run_dir, job_id)
     failure = failure_of(outcomes)
     record = (sacct or {}).get(job_id) or (squeue or {}).get(job_id)
     if record is not None:
@@ -211,6 +208,8 @@ def _one_task(info: RunInfo, task: int, job_id: str, history: list[str],
         ts.state, ts.source = "running", "process"
     else:
         failure = _from_folder(ts, info, job_id, outcomes, failure)
+    if finished is not None and ts.state in FINAL:
+        ts.wall_time_s = finished.get("wall_time_s") if ts.wall_time_s is None else ts.wall_time_s
     if ts.wall_time_s is None and ts.state in FINAL:
         start, end = log_times(info.run_dir, job_id)
         if start is not None and end is not None:
@@ -221,5 +220,8 @@ def _one_task(info: RunInfo, task: int, job_id: str, history: list[str],
             ts.state = "failed"
     if ts.state == "completed" and outcomes.get(0, ("", None))[0] == "success":
         ts.result = outcomes[0][1] if isinstance(outcomes[0][1], dict) else None
+    if finished is not None:
+        ts.restarts = max(ts.restarts + len(history) - 1, int(finished.get("restarts") or 0))
+        return ts
     ts.restarts = max(ts.restarts + len(history) - 1, restarts.read(ts.task_dir).count)
     return ts
