@@ -44,7 +44,8 @@ CASES = [
     ("GPUs on a CPU-only machine", {}, ["--set", "profile.gpus_per_node=2", "--set", "profile.tasks_per_node=2"],
      ["gpus_per_node", "no NVIDIA GPU"]),
     ("GPU profile with tasks != GPUs", {}, ["--set", "profile.gpus_per_node=1"], ["one task per GPU"]),
-    ("missing data dir", {}, ["--job", "cifar10", "--set", "job.data_dir=/nonexistent/cifar"],
+    # (Under the test's own folder: a run elsewhere on the machine once created /nonexistent/cifar.)
+    ("missing data dir", {}, ["--job", "cifar10", "--set", "job.data_dir={empty}/nonexistent/cifar"],
      ["job.data_dir", "/nonexistent/cifar", "does not exist"]),
     ("no data and download off", {"empty/.keep": ""},
      ["--job", "cifar10", "--set", "job.download=false", "--set", "profile.data_dir={empty}"],
