@@ -73,7 +73,7 @@ def status(argv: list[str]) -> int:
     states = task_states(info)
     summary = None
     if not args.no_collect:
-        summary = results.collect(run_dir, states)
+        summary = results.collect(run_dir, states, budget_s=results.CURVES_BUDGET_S)
     try:
         if args.json:
             for ts in states:
@@ -117,6 +117,8 @@ def _status_text(info: RunInfo, states: list[TaskState], summary: dict[str, Any]
 def _recorded_result(ts: TaskState) -> tuple[dict[str, Any] | None, str]:
     """The task's final metrics, and a note naming its result.json if that file is unreadable
     (truncated, not JSON, not an object): the state then comes from the scheduler and the pickles."""
+    if ts.recorded:
+        return ts.result, ""  # just read from that very file
     path = ts.task_dir / layout.RESULT_FILE
     try:
         recorded = record.read_result(path) if path.exists() else None

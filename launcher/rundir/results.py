@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import io
+import time
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,7 @@ def rows_of(info: RunInfo, states: list[TaskState]) -> tuple[list[dict[str, Any]
 
 
 def _recorded_result(ts: TaskState) -> dict[str, Any] | None:
-    return read_optional(ts.task_dir / RESULT_FILE) if ts.state == "completed" else None
+    return read_optional(ts.task_dir / RESULT_FILE) if ts.state == "completed" else None  # (ts.result unset)
 
 
 def sort_rows(rows: list[dict[str, Any]], metric: str, mode: str) -> list[dict[str, Any]]:
@@ -109,17 +110,26 @@ def overall_state(states: list[TaskState]) -> str:
     return "failed"
 
 
-def _write_task_results(info: RunInfo, states: list[TaskState], max_curves: int | None) -> int:
+CURVES_BUDGET_S = 1.0
+
+
+def _write_task_results(info: RunInfo, states: list[TaskState], max_curves: int | None,
+                        budget_s: float | None = None) -> int:
     """Each completed task's final metrics as result.json in its folder, and its curves picture
     (at most `max_curves` new pictures, ~0.1 s each); returns how many pictures are left to draw."""
     drawn = left = 0
+    # A picture costs 0.1-1 s (more on a loaded machine): `status` also stops drawing after budget_s.
+    deadline = time.monotonic() + budget_s if budget_s is not None else float("inf")
     for ts in states:
-        if ts.state == "completed" and ts.result and not (ts.task_dir / RESULT_FILE).exists():
+        if ts.state == "completed" and ts.result and not ts.recorded and _worth_recording(ts):
+            # With the wall time, so that later calls take the task as finished (states.finished_record).
             write_result(ts.task_dir, ts.result, job_id=ts.job_id, restarts=ts.restarts, task=ts.task,
-                         overrides=ts.overrides)
+                         overrides=ts.overrides, wall_time_s=ts.wall_time_s)
+        if ts.recorded and (ts.task_dir / CURVES_FILE).exists():
+            continue  # a finished task's metrics no longer change: its picture stays fresh
         if not ts.task_dir.is_dir() or plots.is_fresh(ts.task_dir / CURVES_FILE, ts.task_dir / METRICS_FILE):
             continue
-        if max_curves is not None and drawn >= max_curves:
+        if max_curves is not None and (drawn >= max_curves or time.monotonic() > deadline):
             left += 1
             continue
         title = f"{info.run_dir.name}" + (f" task {ts.task}: " + ", ".join(
@@ -128,8 +138,18 @@ def _write_task_results(info: RunInfo, states: list[TaskState], max_curves: int 
     return left
 
 
+def _worth_recording(ts: TaskState) -> bool:
+    """No result.json yet, or one from before wall times were recorded; a broken one is left for
+    `status` to name."""
+    path = ts.task_dir / RESULT_FILE
+    if not path.exists():
+        return True
+    existing = read_optional(path)
+    return existing is not None and "wall_time_s" not in existing
+
+
 def collect(run_dir: Path, states: list[TaskState] | None = None,
-            max_curves: int | None = 24) -> dict[str, Any]:
+            max_curves: int | None = 24, budget_s: float | None = None) -> dict[str, Any]:
     """(Re)build the run's result files from its folder and the scheduler; return a short summary.
 
     `max_curves` bounds how many per-task curve pictures one call draws, so that `status` on a
@@ -137,7 +157,7 @@ def collect(run_dir: Path, states: list[TaskState] | None = None,
     """
     info = load_run(run_dir)
     states = task_states(info) if states is None else states
-    curves_left = _write_task_results(info, states, max_curves)
+    curves_left = _write_task_results(info, states, max_curves, budget_s)
     metric, mode = info.target
     state = overall_state(states)
     summary: dict[str, Any] = {"run_dir": str(run_dir), "state": state, "tasks": len(states),
