@@ -49,7 +49,9 @@ def ensure(run_dir: Path, code_root: Path = CODE_ROOT) -> Path:
     for name in files:
         source, dest = code_root / name, partial / name
         dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(source, dest)
+        # Contents only: the copy's mode comes from the submitter's umask (077: run folders are
+        # private), not from the checkout's 0644.
+        shutil.copyfile(source, dest)
         size += dest.stat().st_size
     note = {"from": str(code_root), "files": len(files), "bytes": size,
             "seconds": round(time.perf_counter() - start, 4), **git}
