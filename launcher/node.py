@@ -74,6 +74,10 @@ class SubmititRequeue:
         countdown = submitit_private.timeout_requeues_left(self.handler)
         left = None if countdown is None else countdown - int(timed_out)
         decision: dict[str, Any] = {"reason": reason, "timeout_requeues_left": left}
+        # SLURM may signal the step again while `scontrol requeue` runs (it sends to every process of
+        # the step): ignored here, the disposition is inherited by that child, which would otherwise
+        # die of it and leave the job unrequeued.
+        previous = signal.signal(self.signum, signal.SIG_IGN)
         try:
             self.handler.checkpoint_and_try_requeue(self.signum)
         except SystemExit as done:  # requeued: submitit wants the process to end now; we end it later
@@ -81,6 +85,8 @@ class SubmititRequeue:
             return {"requeued": True, "exit_code": code, **decision}
         except UncompletedJobError as err:  # e.g. "timed-out too many times"
             return {"requeued": False, "message": str(err), **decision}
+        finally:
+            signal.signal(self.signum, previous)
         return {"requeued": False, "message": "submitit did not requeue (not global rank 0)", **decision}
 
 

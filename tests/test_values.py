@@ -18,6 +18,13 @@ from launcher.config.resolve import resolve
 from tests.helpers import ROOT, last_json, run_submit
 from trainer.schema import ConfigError
 
+
+@pytest.fixture(autouse=True)
+def no_session_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These dry runs show what a profile asks for; a SLURM_CONF left by the session's cluster
+    fixture would turn them into preflights against the dev cluster's small limits."""
+    monkeypatch.delenv("SLURM_CONF", raising=False)
+
 ERROR = object()
 
 

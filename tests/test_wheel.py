@@ -45,7 +45,9 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def command(venv: Path, args: list[str], cwd: Path, env: dict[str, str] | None = None,
             timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """`ddp-submit ARGS` as a user runs it: no PYTHONPATH, the venv's bin first on PATH."""
-    full = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "DDP_SUBMIT_CONFIG_DIR")}
+    # No SLURM_CONF either (the slurm_cluster fixture may have set one for the session): the dry
+    # runs of slurm-cpu profiles here are about finding files, not a live cluster's limits.
+    full = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "DDP_SUBMIT_CONFIG_DIR", "SLURM_CONF")}
     full["PATH"] = f"{venv / 'bin'}{os.pathsep}{full.get('PATH', '')}"
     full["HOME"] = str(cwd.parent / "home")  # no stray ~/.config/ddp-submit of this machine
     full.pop("XDG_CONFIG_HOME", None)
