@@ -13,7 +13,7 @@ Launchers describe ranks with their own variables. We read them through one tabl
 
 from __future__ import annotations
 
-import hashlib
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -70,8 +70,10 @@ def detect_launcher(env: Mapping[str, str]) -> str:
 
 def port_for_job(job_id: str) -> int:
     """A port every rank of a job derives alike, different for jobs that may share a node."""
-    digest = hashlib.sha256(job_id.encode()).digest()
-    return PORT_BASE + int.from_bytes(digest[:4], "big") % PORT_SPAN
+    # CRC-32, not hash(): the same on every node and in every process (hash() of a str is salted
+    # per process). zlib rather than hashlib, which loads OpenSSL: this module is on the submitter's
+    # start-up path (launcher.cluster.slurm.env).
+    return PORT_BASE + zlib.crc32(job_id.encode()) % PORT_SPAN
 
 
 def resolve(env: Mapping[str, str]) -> DistEnv:

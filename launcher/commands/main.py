@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from launcher.commands import relay
 from launcher.commands.console import EXIT_BAD_INPUT, EXIT_FAILED, ArgumentParser, error_line
-from launcher.request.send import PartiallySubmitted
+from launcher.request.errors import PartiallySubmitted
 from trainer.schema import ConfigError
 
 # Each command as "module:function" of this wing, imported only when that command runs (as pip's
@@ -26,7 +26,8 @@ COMMANDS = {
     "probe": "probe:main", "list-profiles": "catalog:list_profiles", "list-jobs": "catalog:list_jobs",
     "show": "catalog:show",
 }
-SUBMIT, RESUME = "submit:submit", "resume:resume"
+# A new run's --dry-run only plans (launcher.commands.plan): it never loads the sending code.
+SUBMIT, PREVIEW, RESUME = "submit:submit", "plan:preview", "resume:resume"
 
 
 def load(target: str) -> Callable[..., int]:
@@ -70,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
             return load(COMMANDS[argv[0]])(argv[1:])
         args = submit_parser().parse_args(argv)
         relay.VERBOSE = args.verbose
-        return load(RESUME if args.resume else SUBMIT)(args, argv)
+        return load(RESUME if args.resume else PREVIEW if args.dry_run else SUBMIT)(args, argv)
     except ConfigError as err:
         print(error_line(err), file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -18,7 +18,8 @@ from typing import Any
 
 from launcher.cluster.jobids import base_id
 from launcher.commands.console import EXIT_OK, emit, relative
-from launcher.commands.submit import Plan, execute, plan_submission
+from launcher.commands.plan import Plan, plan_submission
+from launcher.commands.submit import execute
 from launcher.commands.waiting import wait_for_sweep
 from launcher.config.profile import Profile, renamed_keys
 from launcher.config.resolve import parse_overrides, profile_overrides, runs_dir

@@ -1,7 +1,8 @@
-"""The one place that queues work: make the submitit executor for a Submission and submit it.
+"""The one place that queues work: submit a Submission through its submitit executor
+(launcher.request.executor), recording each job id as sbatch returns it.
 
-submitit is imported only in the functions that need it (here and in `submitit_private`), so that
-`submit.py --help` and the operating commands do not pay for it.
+submitit is imported only in the functions that need it (here, in `executor` and in
+`submitit_private`), so that `submit.py --help` and the operating commands do not pay for it.
 """
 
 from __future__ import annotations
@@ -17,24 +18,15 @@ from typing import Any
 
 from launcher.cluster.jobids import distinct_bases
 from launcher.cluster.slurm.env import slurm_env
+from launcher.request.errors import PartiallySubmitted, SubmissionRefused
+from launcher.request.executor import make_executor
 from launcher.request.submission import Submission
 from launcher.rundir import snapshot
 from launcher.rundir.layout import RUN_FILE
 from launcher.rundir.record import update_record
 from launcher.cluster.said import one_line
-from trainer.schema import ConfigError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-
-
-class SubmissionRefused(ConfigError):
-    """sbatch refused the job and nothing was queued (bad input, exit 2): a request the preflight
-    cannot see, e.g. an unknown node name."""
-
-
-class PartiallySubmitted(RuntimeError):
-    """Part of a split array was queued before sbatch refused the rest: what was queued is recorded
-    in the run folder (status, cancel and --resume see it); the submitter exits 1."""
 
 
 @contextlib.contextmanager
@@ -64,54 +56,6 @@ def submission_environment(slurm_conf: str, code_dir: Path | None = None,
         os.chdir(cwd)
         os.environ.clear()
         os.environ.update(saved)
-
-
-def make_executor(sub: Submission, script_only: bool = False) -> Any:
-    """The submitit executor for `sub`, with its parameters set; creating it queues nothing.
-
-    `script_only`: the executor only writes the sbatch script (--dry-run), so it may be made on a
-    machine without `srun`; everything else is the same construction as for sending."""
-    import submitit  # here, not at the top: --help and the operating commands never load submitit
-
-    from launcher import submitit_private  # (imports submitit)
-
-    folder = sub.log_dir / "%j"
-    if sub.executor == "debug":
-        executor: Any = submitit.DebugExecutor(folder)
-    elif sub.executor == "local":
-        executor = submitit.LocalExecutor(folder, max_num_timeout=sub.max_num_timeout, python=sub.python)
-    else:
-        # The signal name is read by submitit both when writing --signal and on the node.
-        submitit_private.set_requeue_signal(sub.profile.signal)
-        cls = _script_only_slurm_executor() if script_only else submitit.SlurmExecutor
-        executor = cls(folder, max_num_timeout=sub.max_num_timeout, python=sub.python)
-    executor.update_parameters(**sub.parameters)
-    return executor
-
-
-def _script_only_slurm_executor() -> type:
-    import submitit  # see make_executor
-
-    class ScriptOnlySlurmExecutor(submitit.SlurmExecutor):
-        """A SlurmExecutor that does not insist on `srun` being installed (it never submits)."""
-
-        @classmethod
-        def affinity(cls) -> int:
-            return 2
-
-    return ScriptOnlySlurmExecutor
-
-
-def sbatch_script(sub: Submission, chunk_size: int | None = None) -> str:
-    """The exact script `send` would pass to sbatch (for the first array, if it is split), for
-    --dry-run and its recorded-file test. submitit builds it from the same executor parameters."""
-    from launcher import submitit_private  # imports submitit: see make_executor
-
-    executor = make_executor(sub, script_only=True)
-    if sub.is_array:
-        # What submitit sets on the array executor it makes for each batch of tasks.
-        executor.parameters["map_count"] = min(len(sub.tasks), chunk_size or len(sub.tasks))
-    return submitit_private.submission_script(executor)
 
 
 def send(sub: Submission, chunk_size: int | None = None,
@@ -186,6 +130,6 @@ def _queue(sub: Submission, calls: list[Callable[[], Any]], chunk_size: int | No
 
 
 def _is_refusal(err: BaseException) -> bool:
-    from submitit.core.utils import FailedJobError, FailedSubmissionError  # see make_executor
+    from submitit.core.utils import FailedJobError, FailedSubmissionError  # see launcher.request.executor.make_executor
 
     return isinstance(err, (FailedJobError, FailedSubmissionError))

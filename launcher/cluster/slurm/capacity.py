@@ -10,7 +10,8 @@ that does not fit is refused whole (a ConfigError: exit 2, nothing queued).
 
 from __future__ import annotations
 
-import getpass
+import os
+import pwd
 import subprocess
 
 from launcher.cluster.said import last_line
@@ -68,7 +69,8 @@ def check_room(tasks: int, account: str, config_text: str, env: dict[str, str], 
                               f"to drain")
     if "limits" not in config_value(config_text, "AccountingStorageEnforce"):
         return  # the controller does not enforce association limits: it will take them
-    user = getpass.getuser()
+    # The account SLURM bills: the real user id's name (getpass would prefer $USER, which can differ).
+    user = pwd.getpwuid(os.getuid()).pw_name
     limit = association_max_submit(user, account, env, source)
     if limit is not None:
         mine = _count(["squeue", "-h", "-r", "-u", user, "--states=PENDING,RUNNING,SUSPENDED", "-o", "%i"], env,
