@@ -37,6 +37,24 @@ def test_dry_run_of_a_1000_task_sweep_does_not_import_torch(tmp_path: Path) -> N
     assert not (tmp_path / "runs").exists()  # a dry run creates nothing
 
 
+def test_dry_run_of_a_new_run_loads_neither_the_sending_nor_the_waiting_code(tmp_path: Path) -> None:
+    # The preview users wait for most plans and shows; submitit, sbatch and the waiting loop are for sending.
+    rc, modules, output = _imported_modules(["--dry-run"], tmp_path)
+    assert rc == 0 and "Dry run: nothing was submitted." in output, output[-3000:]
+    assert not modules & {"submitit", "launcher.request.send", "launcher.commands.waiting", "launcher.commands.submit"}
+
+
+def test_a_reader_that_goes_away_gets_no_traceback(tmp_path: Path) -> None:
+    # `submit.py --dry-run | head -1`: the pipe closes before the (long) listing is written.
+    proc = subprocess.Popen([sys.executable, SUBMIT, "--job", str(_sweep_file(tmp_path)), "--dry-run"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141, err[-2000:]
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err[-2000:]
+
+
 def test_help_imports_neither_torch_nor_submitit(tmp_path: Path) -> None:
     rc, modules, output = _imported_modules(["--help"], tmp_path)
     assert rc == 0 and "--dry-run" in output

@@ -81,3 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader left (`submit.py list | head`): nothing more to say, and no traceback. Standard
+        # output goes to /dev/null so that the interpreter's final flush cannot fail again; the
+        # status is what a shell reports for a process ended by SIGPIPE.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + 13
