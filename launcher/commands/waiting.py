@@ -238,10 +238,20 @@ def wait_for_sweep(run_dir: Path, jobs: list[Any], as_json: bool, poll_s: float 
         _run_debug_jobs(info, jobs, tasks)
     reported: set[int] = set()
     metric, _ = info.target
+    task_of = {ids[-1]: t for t, ids in enumerate(info.task_jobs) if ids}
+    # Each local task is its own controller: one whose rank died before the process group formed
+    # would wait init_timeout_s, as a single run would without LocalFailFast.
+    failfast = {task_of[str(j.job_id)]: LocalFailFast(j, [j.task(k) for k in range(j.num_tasks)])
+                for j in jobs if _is_local(j) and getattr(j, "num_tasks", 1) > 1 and str(j.job_id) in task_of}
     while True:
         for job in jobs:
             if info.executor == "local":
                 job.done()  # reaps finished controllers, so they are not seen as running zombies
+        for task, ff in failfast.items():
+            if ff.failed is None and task not in reported and ff.check():
+                gone = not Path(ff.tasks[ff.failed].paths.result_pickle).exists()  # else its traceback tells
+                record.write_failure(info.task_dir(task), ff.failed, f"rank {ff.failed} " + (
+                    "ended without a result (its process is gone)" if gone else "failed") + "; its peers were stopped")
         states = task_states(info)
         ended = [states[t] for t in tasks if t not in reported and states[t].state not in ACTIVE]
         for ts in ended:

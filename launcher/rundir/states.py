@@ -115,16 +115,17 @@ def _int_or_none(value: Any) -> int | None:
     return int(value) if isinstance(value, int) else None
 
 
-def _recorded_outcome(info: RunInfo, task_dir: Path) -> tuple[str, dict[str, Any] | None, str] | None:
-    """(state, result, error) from result.json / failure.json / run.json, where a submitter wrote them."""
+def _recorded_outcome(info: RunInfo, task_dir: Path) -> tuple[str, dict[str, Any] | None, str, Any] | None:
+    """(state, result, error, failed rank) from result.json / failure.json / run.json, where a submitter
+    wrote them."""
     result = read_optional(task_dir / RESULT_FILE)
     if result is not None:
-        return "completed", result, ""
+        return "completed", result, "", None
     failure = read_optional(task_dir / FAILURE_FILE)
     if failure is not None:
-        return "failed", None, str(failure.get("error", "failed"))
+        return "failed", None, str(failure.get("error", "failed")), failure.get("rank")
     if not info.is_sweep and str(info.record.get("state", "")).upper() == "FAILED":
-        return "failed", None, str(info.record.get("error") or "failed")
+        return "failed", None, str(info.record.get("error") or "failed"), info.record.get("failed_rank")
     return None
 
 
@@ -175,8 +176,8 @@ def _from_folder(ts: TaskState, info: RunInfo, job_id: str, outcomes: dict[int, 
         ts.state = "failed"
     elif (recorded := _recorded_outcome(info, ts.task_dir)) is not None:
         # What a submitter that waited wrote (the debug executor leaves no result pickles).
-        ts.state, ts.result, ts.error = recorded
-        ts.failed_rank = _int_or_none(info.record.get("failed_rank") if not info.is_sweep else None)
+        ts.state, ts.result, ts.error, rank = recorded
+        ts.failed_rank = _int_or_none(rank)
     elif info.executor in ("local", "debug"):
         ts.state, ts.error = "failed", "the process ended without a result (killed?)"
     else:
