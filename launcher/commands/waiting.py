@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.cluster import local
-from launcher.cluster.slurm import srun
+from launcher.cluster.slurm import accounting, srun
 from launcher.commands import relay as relay_settings
 from launcher.commands.console import EXIT_FAILED, EXIT_OK, emit, relative
 from launcher.commands.relay import for_local_run as relay_logs
@@ -75,9 +75,13 @@ def _ended(job: Any, force: bool) -> str:
 
     if isinstance(job, LocalJob):
         return "FINISHED" if job.done() else ""  # the controller has exited (all its tasks have)
-    if not force:
+    if not force or not job.watcher.is_done(job.job_id, mode="force"):
         return ""
-    return str(job.watcher.get_state(job.job_id, mode="cache")) if job.watcher.is_done(job.job_id, mode="force") else ""
+    state = str(job.watcher.get_state(job.job_id, mode="cache"))
+    if state in ("NODE_FAIL", "PREEMPTED"):  # that life ended, but SLURM requeues the job (ours are --requeue)
+        now = accounting.controller_state(str(job.job_id), dict(os.environ))
+        return "" if accounting.STATES.get(now) in ACTIVE else (now or state)
+    return state
 
 
 class LocalFailFast:

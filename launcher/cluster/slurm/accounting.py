@@ -132,6 +132,13 @@ def squeue_records(env: dict[str, str]) -> dict[str, SchedulerRecord] | None:
     return records
 
 
+def controller_state(job_id: str, env: dict[str, str]) -> str:
+    """SLURM's state of `job_id` in the controller now (e.g. PENDING again after a requeue); "" where it
+    no longer holds the job or cannot be asked."""
+    out = query(["squeue", "-h", "-j", job_id, "-t", "all", "-o", "%T"], env)
+    return out.split()[0] if out and out.split() else ""
+
+
 def scancel_ids(active: list[str], every: list[str]) -> list[str]:
     """Whole arrays by their id where every task of the array is still active, else task by task."""
     def per_array(ids: list[str]) -> dict[str, int]:
