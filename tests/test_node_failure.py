@@ -28,12 +28,12 @@ from typing import Any
 
 import pytest
 
+from launcher.cluster.slurm.accounting import SchedulerRecord
 from launcher.devcluster import daemons, load_spec, running_pid
+from launcher.rundir.states import TaskState, _from_scheduler
 from tests.helpers import ROOT, last_json, run_submit, wait_until
 from tests.test_exact_resume import _popen_submit
 from tests.test_requeue_slurm import events_of
-
-pytestmark = pytest.mark.slurm
 
 # ~20-40 s of training on two nodes (22 steps an epoch), a checkpoint every 40 steps and each epoch, no evaluation or
 # step log in between: the kill lands early and a resume from scratch would show.
@@ -126,6 +126,7 @@ def newest_checkpoint_step(run_dir: Path) -> int:
     return max(steps, default=0)
 
 
+@pytest.mark.slurm
 def test_a_node_lost_mid_run_is_requeued_by_slurm_and_the_run_resumes_from_its_checkpoint(
         slurm_cluster: Path, tmp_path: Path) -> None:
     (tmp_path / "job.yaml").write_text(JOB)
@@ -178,3 +179,16 @@ def test_a_node_lost_mid_run_is_requeued_by_slurm_and_the_run_resumes_from_its_c
     (resumed,) = events_of(run_dir, "resumed")
     assert resumed["step"] >= before > 0, (resumed, before)  # from its last checkpoint, not from scratch
     assert not events_of(run_dir, "restarted_from_scratch")
+
+
+def test_a_node_failure_is_requeued_not_failed_while_the_controller_holds_the_job_again() -> None:
+    """Accounting hears of the requeue a moment after the NODE_FAIL; `status` (and a waiting sweep) must
+    not call the task failed in between when the controller (squeue) has it pending again."""
+    lost = SchedulerRecord("7", "failed", "NODE_FAIL", start=100.0, end=160.0, exit_code="0:0", restarts=0)
+    again = SchedulerRecord("7", "pending", "PENDING", start=200.0, restarts=1, reason="BeginTime")
+    ts = TaskState(0, "7", "unknown")
+    _from_scheduler(ts, lost, again)
+    assert (ts.state, ts.restarts, ts.reason, ts.error) == ("requeued", 1, "BeginTime", "")
+    gone = TaskState(0, "7", "unknown")
+    _from_scheduler(gone, lost, None)  # not requeued (the controller no longer holds it)
+    assert gone.state == "failed" and gone.error.startswith("NODE_FAIL")

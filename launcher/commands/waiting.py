@@ -78,7 +78,7 @@ def _ended(job: Any, force: bool) -> str:
     if not force or not job.watcher.is_done(job.job_id, mode="force"):
         return ""
     state = str(job.watcher.get_state(job.job_id, mode="cache"))
-    if state in ("NODE_FAIL", "PREEMPTED"):  # that life ended, but SLURM requeues the job (ours are --requeue)
+    if state in accounting.REQUEUED_AFTER:  # that life ended, but SLURM requeues the job (ours are --requeue)
         now = accounting.controller_state(str(job.job_id), dict(os.environ))
         return "" if accounting.STATES.get(now) in ACTIVE else (now or state)
     return state

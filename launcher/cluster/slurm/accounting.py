@@ -28,6 +28,9 @@ STATES = {
     "REQUEUED": "requeued", "REQUEUE_FED": "requeued", "REQUEUE_HOLD": "requeued", "PREEMPTED": "requeued",
     "RESV_DEL_HOLD": "pending",
 }
+# A life of the job ended in these, but SLURM requeues a requeueable job (ours all are) after them:
+# the job is over only if the controller does not hold it queued again.
+REQUEUED_AFTER = ("NODE_FAIL", "PREEMPTED")
 # Records of these states in `sacct --duplicates` are earlier lives of a requeued job.
 RESTART_STATES = ("REQUEUED", "PREEMPTED", "NODE_FAIL", "TIMEOUT", "REQUEUE_FED", "REQUEUE_HOLD")
 
