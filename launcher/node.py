@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from submitit.core.job_environment import JobEnvironment
 from submitit.core.utils import UncompletedJobError
 from submitit.helpers import Checkpointable
 
@@ -100,6 +101,18 @@ def private_and_coreless() -> None:
     os.umask(0o077)
 
 
+def drop_stale_result() -> None:
+    """Remove this rank's result file of an earlier attempt. A rank whose peer's node died fails on the
+    broken connection and leaves an error result; SLURM then requeues the job (NODE_FAIL). The
+    submitter reads the results once every rank has one: a stale one beside a fresh peer's would
+    stand for this attempt. Every rank removes its own before the rendezvous, so before any peer can
+    finish."""
+    try:
+        JobEnvironment().paths.result_pickle.unlink(missing_ok=True)
+    except (RuntimeError, OSError):  # not under a submitit job (torchrun), or not ours to remove
+        pass
+
+
 class TrainTask(Checkpointable):
     """Train one job. On requeue, submitit pickles this same object again; the trainer then resumes
     from the newest good checkpoint in the run folder, so no state needs to travel in the pickle."""
@@ -110,6 +123,7 @@ class TrainTask(Checkpointable):
 
     def __call__(self) -> dict[str, Any]:
         private_and_coreless()
+        drop_stale_result()
         requeue = SubmititRequeue.current()
         settings = self.settings
         if requeue is not None and requeue.signal_name != settings.stop_signal:

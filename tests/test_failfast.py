@@ -6,18 +6,21 @@ timeout can never be what ends the surviving ranks in time: only fail-fast can. 
 - a rank that raises exits at once, and its closed connections fail its peers' next collective
   (locally and on SLURM; a rank killed after the process group formed ends the same way);
 - a rank that dies before the process group forms leaves its peers waiting at the rendezvous, where
-  no connection to it exists: only `srun --kill-on-bad-exit` ends them (the last test). The local
-  executor has no such mechanism (submitit's controller waits for every process), so locally that
-  case ends only at `init_timeout_s`.
+  no connection to it exists: on SLURM only `srun --kill-on-bad-exit` ends them. The local executor
+  has no such mechanism (submitit's controller waits for every process), so there the waiting
+  submitter stops the surviving ranks (launcher/commands/waiting.py: a single run, and each task of
+  a local sweep).
 """
 
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import re
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -172,3 +175,61 @@ def test_a_rank_that_hangs_ends_the_job_after_the_collective_timeout(slurm_clust
     assert "Timed out" in result["error"] or "timed out" in result["error"], result["error"]
     state, end = sacct_end(result["job_id"])
     assert state == "FAILED" and 19 <= end - frozen < 20 + 60
+
+
+SWEEP_ONE_LONG_ONE_SHORT = """\
+extends: digits
+name: failfast-sweep
+sweep:
+  tasks:
+    - {epochs: 50}
+    - {epochs: 1}
+"""
+
+
+def banner_pid(run_dir: Path, task: int, rank: int) -> int | None:
+    """The pid in the banner of `rank` of sweep task `task` (the run's logs/<job id>/ holds every task's)."""
+    ids = json.loads((run_dir / "run.json").read_text()).get("job_ids") or []
+    if len(ids) <= task:
+        return None
+    log = run_dir / "logs" / ids[task] / f"{ids[task]}_{rank}_log.out"
+    banners = [line for line in log.read_text().splitlines() if "attempt started" in line] if log.exists() else []
+    return int(banners[-1].split(" pid ")[1].split()[0]) if banners else None
+
+
+def test_a_local_sweep_task_whose_rank_dies_at_start_ends_within_30_s_and_names_it(tmp_path: Path) -> None:
+    """The same as above for one task of a local sweep (each task is its own local controller):
+    task 0's rank 1 is killed at its banner, so task 0's rank 0 would wait in the rendezvous for
+    init_timeout_s (600 s here); the waiting submitter stops task 0 and names rank 1, while task 1
+    completes untouched."""
+    (tmp_path / "sweep.yaml").write_text(SWEEP_ONE_LONG_ONE_SHORT)
+    proc = _popen_submit(["--job", "sweep.yaml", "--json", *NO_TIMEOUTS], tmp_path)
+    errors: list[str] = []  # (both pipes are read as they come, so neither fills up)
+    threading.Thread(target=lambda: errors.extend(proc.stderr), daemon=True).start()
+    lines: list[tuple[float, str]] = []
+    reader = threading.Thread(target=lambda: lines.extend((time.time(), line) for line in proc.stdout), daemon=True)
+    reader.start()
+    run_dir = None
+    try:
+        run_dir = wait_until(lambda: next((tmp_path / "runs").glob("*/run.json"), None), 60, "the run folder").parent
+        pid = wait_until(lambda: banner_pid(run_dir, task=0, rank=1), 90, "task 0's rank 1 banner", poll=0.05)
+        os.kill(pid, signal.SIGKILL)
+        killed = time.time()
+        proc.wait(timeout=120)
+        reader.join(timeout=10)
+    finally:
+        if proc.poll() is None:  # failed: don't leave task 0's rank 0 waiting 600 s in the rendezvous
+            proc.kill()
+            if run_dir is not None:
+                run_submit(["cancel", str(run_dir)], cwd=tmp_path, timeout=60)
+    assert run_dir is not None
+    out = "".join(line for _, line in lines)
+    assert proc.returncode == 1, out + "".join(errors)
+    (when, line), = [(t, line) for t, line in lines if line.startswith("task 0 failed")]
+    assert when - killed < 30, f"task 0 was reported {when - killed:.0f} s after its rank 1 died"
+    assert "rank 1 ended without a result" in line, line
+    assert any(line.startswith("task 1 completed") for _, line in lines), out
+    assert not (run_dir / "task-0000" / "metrics.jsonl").exists(), "rank 1 died after training started"
+    rows = [json.loads(row) for row in run_submit(["status", str(run_dir), "--json"], cwd=tmp_path).stdout.splitlines()
+            if row.startswith("{")]
+    assert [(r["task"], r["state"], r["failed_rank"]) for r in rows] == [(0, "failed", 1), (1, "completed", None)], rows

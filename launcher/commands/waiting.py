@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.cluster import local
-from launcher.cluster.slurm import srun
+from launcher.cluster.slurm import accounting, srun
 from launcher.commands import relay as relay_settings
 from launcher.commands.console import EXIT_FAILED, EXIT_OK, emit, relative
 from launcher.commands.relay import for_local_run as relay_logs
@@ -75,9 +75,13 @@ def _ended(job: Any, force: bool) -> str:
 
     if isinstance(job, LocalJob):
         return "FINISHED" if job.done() else ""  # the controller has exited (all its tasks have)
-    if not force:
+    if not force or not job.watcher.is_done(job.job_id, mode="force"):
         return ""
-    return str(job.watcher.get_state(job.job_id, mode="cache")) if job.watcher.is_done(job.job_id, mode="force") else ""
+    state = str(job.watcher.get_state(job.job_id, mode="cache"))
+    if state in accounting.REQUEUED_AFTER:  # that life ended, but SLURM requeues the job (ours are --requeue)
+        now = accounting.controller_state(str(job.job_id), dict(os.environ))
+        return "" if accounting.STATES.get(now) in ACTIVE else (now or state)
+    return state
 
 
 class LocalFailFast:
@@ -238,10 +242,20 @@ def wait_for_sweep(run_dir: Path, jobs: list[Any], as_json: bool, poll_s: float 
         _run_debug_jobs(info, jobs, tasks)
     reported: set[int] = set()
     metric, _ = info.target
+    task_of = {ids[-1]: t for t, ids in enumerate(info.task_jobs) if ids}
+    # Each local task is its own controller: one whose rank died before the process group formed
+    # would wait init_timeout_s, as a single run would without LocalFailFast.
+    failfast = {task_of[str(j.job_id)]: LocalFailFast(j, [j.task(k) for k in range(j.num_tasks)])
+                for j in jobs if _is_local(j) and getattr(j, "num_tasks", 1) > 1 and str(j.job_id) in task_of}
     while True:
         for job in jobs:
             if info.executor == "local":
                 job.done()  # reaps finished controllers, so they are not seen as running zombies
+        for task, ff in failfast.items():
+            if ff.failed is None and task not in reported and ff.check():
+                gone = not Path(ff.tasks[ff.failed].paths.result_pickle).exists()  # else its traceback tells
+                record.write_failure(info.task_dir(task), ff.failed, f"rank {ff.failed} " + (
+                    "ended without a result (its process is gone)" if gone else "failed") + "; its peers were stopped")
         states = task_states(info)
         ended = [states[t] for t in tasks if t not in reported and states[t].state not in ACTIVE]
         for ts in ended:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.cluster import local
-from launcher.cluster.slurm.accounting import SchedulerRecord, sacct_records, squeue_records
+from launcher.cluster.slurm.accounting import REQUEUED_AFTER, SchedulerRecord, sacct_records, squeue_records
 from launcher.cluster.slurm.env import slurm_env
 from launcher.rundir import restarts
 from launcher.rundir.layout import FAILURE_FILE, RESULT_FILE, job_log_dir, log_path
@@ -115,16 +115,17 @@ def _int_or_none(value: Any) -> int | None:
     return int(value) if isinstance(value, int) else None
 
 
-def _recorded_outcome(info: RunInfo, task_dir: Path) -> tuple[str, dict[str, Any] | None, str] | None:
-    """(state, result, error) from result.json / failure.json / run.json, where a submitter wrote them."""
+def _recorded_outcome(info: RunInfo, task_dir: Path) -> tuple[str, dict[str, Any] | None, str, Any] | None:
+    """(state, result, error, failed rank) from result.json / failure.json / run.json, where a submitter
+    wrote them."""
     result = read_optional(task_dir / RESULT_FILE)
     if result is not None:
-        return "completed", result, ""
+        return "completed", result, "", None
     failure = read_optional(task_dir / FAILURE_FILE)
     if failure is not None:
-        return "failed", None, str(failure.get("error", "failed"))
+        return "failed", None, str(failure.get("error", "failed")), failure.get("rank")
     if not info.is_sweep and str(info.record.get("state", "")).upper() == "FAILED":
-        return "failed", None, str(info.record.get("error") or "failed")
+        return "failed", None, str(info.record.get("error") or "failed"), info.record.get("failed_rank")
     return None
 
 
@@ -137,8 +138,11 @@ def task_states(info: RunInfo, use_scheduler: bool = True) -> list[TaskState]:
     if info.executor == "slurm" and use_scheduler:
         env = slurm_env(info.slurm_conf)
         sacct = sacct_records([j for j in current if j], env, info.record.get("created"))
-        if sacct is None or any(j and (j not in sacct or sacct[j].state == "pending") for j in current):
-            squeue = squeue_records(env)  # also for the pending ones: sacct does not say why they wait
+        if sacct is None or any(j and (j not in sacct or sacct[j].state == "pending"
+                                       or sacct[j].slurm_state in REQUEUED_AFTER) for j in current):
+            # also for the pending ones (sacct does not say why they wait), and for a node failure that
+            # SLURM may already have requeued (accounting hears of the requeue a moment later)
+            squeue = squeue_records(env)
     overrides = info.overrides
     return [_one_task(info, task, job_id, task_jobs[task], sacct, squeue,
                       overrides[task] if task < len(overrides) else {})
@@ -146,6 +150,8 @@ def task_states(info: RunInfo, use_scheduler: bool = True) -> list[TaskState]:
 
 
 def _from_scheduler(ts: TaskState, record: SchedulerRecord, waiting: SchedulerRecord | None) -> None:
+    if record.slurm_state in REQUEUED_AFTER and waiting is not None and waiting.state in ACTIVE:
+        record = waiting  # requeued: the controller's record is the job's current life
     ts.state, ts.restarts = record.state, record.restarts
     ts.start, ts.end = record.start, record.end
     if record.state == "pending" and record.restarts:
@@ -175,8 +181,8 @@ def _from_folder(ts: TaskState, info: RunInfo, job_id: str, outcomes: dict[int, 
         ts.state = "failed"
     elif (recorded := _recorded_outcome(info, ts.task_dir)) is not None:
         # What a submitter that waited wrote (the debug executor leaves no result pickles).
-        ts.state, ts.result, ts.error = recorded
-        ts.failed_rank = _int_or_none(info.record.get("failed_rank") if not info.is_sweep else None)
+        ts.state, ts.result, ts.error, rank = recorded
+        ts.failed_rank = _int_or_none(rank)
     elif info.executor in ("local", "debug"):
         ts.state, ts.error = "failed", "the process ended without a result (killed?)"
     else:

@@ -28,6 +28,9 @@ STATES = {
     "REQUEUED": "requeued", "REQUEUE_FED": "requeued", "REQUEUE_HOLD": "requeued", "PREEMPTED": "requeued",
     "RESV_DEL_HOLD": "pending",
 }
+# A life of the job ended in these, but SLURM requeues a requeueable job (ours all are) after them:
+# the job is over only if the controller does not hold it queued again.
+REQUEUED_AFTER = ("NODE_FAIL", "PREEMPTED")
 # Records of these states in `sacct --duplicates` are earlier lives of a requeued job.
 RESTART_STATES = ("REQUEUED", "PREEMPTED", "NODE_FAIL", "TIMEOUT", "REQUEUE_FED", "REQUEUE_HOLD")
 
@@ -130,6 +133,13 @@ def squeue_records(env: dict[str, str]) -> dict[str, SchedulerRecord] | None:
                                        nodes=row["NODELIST"], restarts=int(restarts) if restarts.isdigit() else 0,
                                        reason=reason)
     return records
+
+
+def controller_state(job_id: str, env: dict[str, str]) -> str:
+    """SLURM's state of `job_id` in the controller now (e.g. PENDING again after a requeue); "" where it
+    no longer holds the job or cannot be asked."""
+    out = query(["squeue", "-h", "-j", job_id, "-t", "all", "-o", "%T"], env)
+    return out.split()[0] if out and out.split() else ""
 
 
 def scancel_ids(active: list[str], every: list[str]) -> list[str]:

@@ -51,7 +51,8 @@ def association_max_submit(user: str, account: str, env: dict[str, str], source:
     if not account:
         default = _run(["sacctmgr", "-n", "-P", "show", "user", user, "format=DefaultAccount"], env, source).split()
         account = default[0] if default else ""
-    text = _run(["sacctmgr", "-n", "-P", "show", "assoc", f"where users={user}", f"accounts={account}",
+    # "where" is a word of its own: sacctmgr refuses "where users=X" as one argument ("Unknown condition").
+    text = _run(["sacctmgr", "-n", "-P", "show", "assoc", "where", f"users={user}", f"accounts={account}",
                  "format=MaxSubmit,GrpSubmit"], env, source) if account else ""
     limits = [int(v) for line in text.splitlines() for v in line.split("|") if v.strip().isdigit()]
     return min(limits) if limits else None
