@@ -87,19 +87,22 @@ def test_a_checkpoint_holds_model_optimizer_schedule_rng_sampler_position_counte
     assert stop is not None and stop.step == 30
     found = checkpoint.load_newest_good(tmp_path / "checkpoints")
     assert found is not None and found.path.name == "ckpt-000000030.pt"
-    state = found.state
-    assert set(state["model"]) == {"net.1.weight", "net.1.bias", "net.3.weight", "net.3.bias", "net.5.weight",
-                                   "net.5.bias"}
-    momentum = [s["momentum_buffer"] for s in state["optimizer"]["state"].values()]
+    state, objects = found.state, found.state["objects"]  # the built-in's objects (trainer.builtin)
+    assert state["step"] == 30 and state["world_size"] == 1
+    assert set(objects["model"]) == {"net.1.weight", "net.1.bias", "net.3.weight", "net.3.bias", "net.5.weight",
+                                     "net.5.bias"}
+    momentum = [s["momentum_buffer"] for s in objects["optimizer"]["state"].values()]
     assert len(momentum) == 6 and all(m is not None for m in momentum)
-    assert state["scheduler"]["last_epoch"] == 30  # one LR-schedule step per optimizer step
-    assert (state["epoch"], state["step_in_epoch"], state["global_step"]) == (1, 8, 30)
-    assert state["sampler"] == {"seed": 0, "epoch": 1, "position": 8}
-    assert state["images_seen"] == 1347 + 8 * 64  # all of epoch 1 (1347 images), then 8 batches of 64
-    assert [h["epoch"] for h in state["history"]] == [1] and "train_loss" in state["history"][0]
+    assert objects["scheduler"]["last_epoch"] == 30  # one LR-schedule step per optimizer step
+    loop = objects["loop"]
+    assert (loop["epoch"], loop["step_in_epoch"], loop["global_step"]) == (1, 8, 30)
+    assert loop["sampler"] == {"seed": 0, "epoch": 1, "position": 8}
+    assert loop["images_seen"] == 1347 + 8 * 64  # all of epoch 1 (1347 images), then 8 batches of 64
+    assert [h["epoch"] for h in loop["history"]] == [1] and "train_loss" in loop["history"][0]
     (rank0,) = state["ranks"]  # one entry per rank
     assert rank0["rng"]["torch"].dtype == torch.uint8 and rank0["rng"]["python"] is not None
-    assert rank0["epoch_loss_sum"].item() > 0 and state["epoch_steps"] == 8
+    epoch_loss = rank0["objects"]["epoch_loss"]  # the rank's running loss of the epoch under way
+    assert epoch_loss["sum"].item() > 0 and epoch_loss["steps"] == 8
 
 
 def test_resuming_past_a_corrupted_newest_checkpoint_still_ends_bitwise_identical(tmp_path: Path) -> None:

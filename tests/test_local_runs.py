@@ -52,13 +52,13 @@ def test_debug_executor_stops_at_a_breakpoint(tmp_path: Path) -> None:
     job = tmp_path / "bp.yaml"
     job.write_text("extends: digits\nepochs: 1\n")
     env = {"PYTHONBREAKPOINT": "pdb.set_trace"}
-    code = ("import sys, trainer.train as t\n"
-            "orig = t.Trainer.fit\n"
-            "def fit(self):\n    breakpoint()\n    return orig(self)\n"
-            "t.Trainer.fit = fit\n"
+    code = ("import sys, trainer.builtin as b\n"
+            "orig = b.fit\n"
+            "def fit(ctx, job):\n    breakpoint()\n    return orig(ctx, job)\n"
+            "b.fit = fit\n"
             f"sys.argv = ['submit.py', '--profile', 'debug', '--job', {str(job)!r}]\n"
             "from launcher.commands.main import main\nsys.exit(main())\n")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, input="p self.env.launcher\nc\n",
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, input="p ctx.env.launcher\nc\n",
                           capture_output=True, text=True, timeout=300, env={**os.environ, **env,
                                                                             "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 0, proc.stderr

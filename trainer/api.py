@@ -14,12 +14,16 @@
         return {"loss": final_loss}
 
 `Context` gives the distributed environment with the process group already formed once (NCCL on
-GPUs, gloo otherwise; the profile's timeouts), the run folder, `log` (metrics.jsonl, curves.png,
-TensorBoard, rank-0 log lines: what built-in jobs get), `checkpoint`/`resume` of anything with
-`state_dict()`/`load_state_dict()` (models, optimizers, schedulers, samplers, plain dicts) plus
-every rank's RNG states (atomic, checksummed, keep-K: trainer.checkpoint), and `step_boundary`,
-the stop check of the requeue protocol (trainer.stopping: all ranks agree, rank 0 checkpoints,
-the launcher requeues). `ResumableSampler` resumes a DistributedSampler's epoch mid-way.
+GPUs, gloo otherwise; the profile's timeouts) and `ranks`, the few collectives a loop needs (no-ops
+in a one-process run), the run folder, `log` (metrics.jsonl, curves.png, TensorBoard, rank-0 log
+lines: what built-in jobs get), `print` and `progress` (rank 0's log line and tqdm bar),
+`checkpoint`/`resume` of anything with `state_dict()`/`load_state_dict()` (models, optimizers,
+schedulers, samplers, plain dicts) plus every rank's RNG states and, with `per_rank=`, objects that
+differ between ranks (atomic, checksummed, keep-K: trainer.checkpoint), and `step_boundary`, the
+stop check of the requeue protocol (trainer.stopping: all ranks agree, rank 0 checkpoints, the
+launcher requeues). `ResumableSampler` resumes a DistributedSampler's epoch mid-way.
+
+The built-in recipes are written on this API too: `trainer.builtin.fit` is a complete example.
 
 Never imports submitit: the same function runs under the submitter, torchrun (`init()`) and
 plain python.
@@ -38,9 +42,9 @@ from typing import Any
 import torch
 from torch.utils.data.distributed import DistributedSampler
 
-from trainer import checkpoint, distenv, events, runtime
+from trainer import checkpoint, distenv, events, runtime, startup
 from trainer.collectives import Ranks
-from trainer.reporting import Reporter
+from trainer.reporting import Progress, Reporter
 from trainer.stopping import StopHook, StopProtocol, StopSignals
 
 __all__ = ["Context", "ResumableSampler", "init"]
@@ -62,7 +66,10 @@ class Context:
         self.report = Reporter(self.run_dir, env, tensorboard, progress_bar, log_every_steps)
         self._stopper = StopProtocol(stops, stop_signal, on_stop, self.ranks, self.report, interrupts)
         self._objects: dict[str, Any] = {}
+        self._per_rank: dict[str, Any] = {}
         self._start_step = 0
+        self._saved_step = 0  # the step of the last checkpoint written or resumed from (0: the start)
+        self._bar: Progress | None = None
         self.last_metrics: dict[str, Any] = {}
         self.resumed_from: str | None = None
         # Attempts before this one: the run's "started" events (one per attempt, written by the
@@ -99,27 +106,46 @@ class Context:
         """Record `metrics` at global `step` (rank 0 writes; call it on every rank, it is cheap):
         a line in metrics.jsonl and the log, TensorBoard scalars, and the curves `status` draws.
         Values must be numbers or strings; average them over ranks yourself if they differ."""
-        row = {"step": int(step), **{k: _plain(v) for k, v in metrics.items()}, "time": time.time()}
+        # `step` first, unless the metrics place it themselves (the built-in's lines start with the epoch).
+        row = {} if "step" in metrics else {"step": int(step)}
+        row.update({k: _plain(v) for k, v in metrics.items()}, step=int(step), time=time.time())
         self.last_metrics = {k: v for k, v in row.items() if k != "time"}
         self.report.epoch(row, int(step))
 
+    def print(self, message: str) -> None:
+        """A line in rank 0's log (`[trainer] message`); the other ranks print nothing."""
+        self.report.log(message)
+
+    def progress(self, total: int, done: int = 0, desc: str = "") -> Progress:
+        """Rank 0's progress over `total` steps (`done` already done: a resumed epoch), as built-in
+        jobs show it: a tqdm bar on a terminal, else a log line every `log_every_steps` steps. Call
+        `.step(step, describe)` after each step (`describe()` makes the line, only when one is due)
+        and `.close()` at the end (or use it as a context manager); a stop closes it."""
+        self._bar = self.report.progress(desc, total, done)
+        return self._bar
+
     # ----- checkpoints -------------------------------------------------------------------------
-    def checkpoint(self, step: int, **objects: Any) -> None:
+    def checkpoint(self, step: int, *, per_rank: dict[str, Any] | None = None, **objects: Any) -> None:
         """Save `objects` (default: those given to `resume`) as the checkpoint of `step`, with every
-        rank's RNG states. Call it on every rank at the same step: rank 0 writes, all leave together."""
+        rank's RNG states and its own `per_rank` objects (default: those given to `resume`), which
+        may differ between ranks (a running loss, a rank's sampler). Call it on every rank at the
+        same step: rank 0 writes, all leave together."""
         objects = objects or self._objects
-        per_rank = self.ranks.gather({"rng": checkpoint.capture_rng(self.device)})
+        mine = self._per_rank if per_rank is None else per_rank
+        per_rank_states = self.ranks.gather({"rng": checkpoint.capture_rng(self.device),
+                                             "objects": {n: checkpoint.state_of(n, o) for n, o in mine.items()}})
         if self.is_main:
-            state = {"step": int(step), "world_size": self.world_size, "ranks": per_rank,
-                     "objects": {name: _state_of(name, obj) for name, obj in objects.items()}}
+            state = {"step": int(step), "world_size": self.world_size, "ranks": per_rank_states,
+                     "objects": {name: checkpoint.state_of(name, obj) for name, obj in objects.items()}}
             checkpoint.save(self.run_dir / "checkpoints", int(step), state, self.keep_checkpoints)
+        self._saved_step = int(step)
         self.ranks.barrier()
 
-    def resume(self, **objects: Any) -> int:
-        """Load the newest good checkpoint into `objects` (and this rank's RNG states); return its
-        step, or 0 when there is none (a fresh start). The objects are remembered for `checkpoint`
-        and `step_boundary`."""
-        self._objects = dict(objects)
+    def resume(self, *, per_rank: dict[str, Any] | None = None, **objects: Any) -> int:
+        """Load the newest good checkpoint into `objects`, this rank's `per_rank` objects and its
+        RNG states; return its step, or 0 when there is none (a fresh start). The objects are
+        remembered for `checkpoint` and `step_boundary`."""
+        self._objects, self._per_rank = dict(objects), dict(per_rank or {})
         found = checkpoint.load_newest_good(self.run_dir / "checkpoints")
         if found is None:
             return 0
@@ -127,34 +153,46 @@ class Context:
         if state["world_size"] != self.world_size:
             raise RuntimeError(f"{found.path} was written by a run with {state['world_size']} ranks; this one has "
                                f"{self.world_size}: resuming would change the data order")
-        missing = [name for name in objects if name not in state["objects"]]
+        mine = state["ranks"][self.rank]
+        held, held_mine = state.get("objects", {}), mine.get("objects", {})
+        missing = [n for n in objects if n not in held] + [f"per_rank {n}" for n in self._per_rank if n not in held_mine]
         if missing:
             raise RuntimeError(f"{found.path} holds no {', '.join(missing)} (it holds: "
-                               f"{', '.join(state['objects']) or 'nothing'})")
+                               f"{', '.join([*held, *(f'per_rank {n}' for n in held_mine)]) or 'nothing'})")
         for name, obj in objects.items():
-            _load_into(obj, state["objects"][name])
-        checkpoint.restore_rng(state["ranks"][self.rank]["rng"], self.device)
-        self._start_step = int(state["step"])
+            checkpoint.load_into(obj, held[name])
+        for name, obj in self._per_rank.items():
+            checkpoint.load_into(obj, held_mine[name])
+        checkpoint.restore_rng(mine["rng"], self.device)
+        self._start_step = self._saved_step = int(state["step"])
         self.resumed_from = str(found.path)
         skipped = [f"{bad.name}: {why}" for bad, why in found.skipped]
         self.report.log(f"resumed from {found.path.name}: step {self._start_step}")
         self.report.event("resumed", checkpoint=found.path.name, step=self._start_step, skipped=skipped)
         return self._start_step
 
-    def step_boundary(self, step: int) -> None:
-        """Call before each optimizer step (`step` = steps done so far), on every rank.
+    def step_boundary(self, step: int) -> bool:
+        """Call before each optimizer step (`step` = steps done so far), on every rank; True when it
+        wrote a checkpoint (a loop that times its steps can leave that time out).
 
-        Checkpoints every `checkpoint_every_steps` (the job's or the profile's); and when a stop
-        signal arrived on any rank (preemption, the time limit, the local executor's requeue), every
-        rank stops here: rank 0 checkpoints, the launcher requeues, and StopRequested is raised on
-        every rank (let it propagate: the next attempt resumes from that checkpoint).
+        Checkpoints every `checkpoint_every_steps` (the job's or the profile's; not a step already
+        checkpointed, e.g. by your own `checkpoint` at an epoch end); and when a stop signal arrived
+        on any rank (preemption, the time limit, the local executor's requeue), every rank stops
+        here: rank 0 checkpoints, the launcher requeues, and StopRequested is raised on every rank
+        (let it propagate: the next attempt resumes from that checkpoint).
         """
+        if step != self._start_step:
+            startup.first_step(self.run_dir, self.rank)  # the start-up benchmark's mark (once)
         kind = self._stopper.agreed(step, self._start_step)
         if kind:
+            if self._bar is not None:
+                self._bar.close()  # before the stop's log line, which would land inside the bar
             self._stopper.stop(kind, lambda: self.checkpoint(step), step=step)
         every = self.checkpoint_every_steps
-        if every and step != self._start_step and step % every == 0:
+        if every and step != self._saved_step and step % every == 0:
             self.checkpoint(step)
+            return True
+        return False
 
     def close(self) -> None:
         self.report.close()
@@ -248,24 +286,6 @@ def _plain(value: Any) -> Any:
         return value.item()
     item = getattr(value, "item", None)
     return item() if callable(item) and not isinstance(value, (int, float, str, bool)) else value
-
-
-def _state_of(name: str, obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return dict(obj)
-    state_dict = getattr(obj, "state_dict", None)
-    if not callable(state_dict):
-        raise TypeError(f"checkpoint: '{name}' ({type(obj).__name__}) has no state_dict(); give objects "
-                        f"with state_dict()/load_state_dict() or plain dicts")
-    return state_dict()
-
-
-def _load_into(obj: Any, state: Any) -> None:
-    if isinstance(obj, dict):
-        obj.clear()
-        obj.update(state)
-    else:
-        obj.load_state_dict(state)
 
 
 def steps_per_epoch(samples: int, world_size: int, batch_size: int, drop_last: bool = False) -> int:

@@ -5,8 +5,9 @@ either the old set or the new one, never a half-written file under the final nam
 the payload is stored beside it so that a truncated or altered file is detected on load and the
 previous checkpoint is used instead.
 
-Most of a checkpoint is the same on every rank (model, optimizer, counters); `RankState` is the part
-that is not, gathered from every rank to rank 0, which writes the file.
+Most of a checkpoint is the same on every rank (model, optimizer, counters); the part that is not
+(each rank's RNG states and its `per_rank` objects: trainer.api.Context.checkpoint) is gathered from
+every rank to rank 0, which writes the file.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from trainer.collectives import Ranks
 
 PATTERN = re.compile(r"^ckpt-(\d{9})\.pt$")
 
@@ -117,41 +117,24 @@ def load_newest_good(folder: Path) -> Loaded | None:
     return None
 
 
-class RankState:
-    """What differs between ranks: the random number generators and the running epoch's loss.
+def state_of(name: str, obj: Any) -> Any:
+    """What a checkpoint keeps of `obj`: a plain dict as it is, anything else its state_dict()."""
+    if isinstance(obj, dict):
+        return dict(obj)
+    state_dict = getattr(obj, "state_dict", None)
+    if not callable(state_dict):
+        raise TypeError(f"checkpoint: '{name}' ({type(obj).__name__}) has no state_dict(); give objects "
+                        f"with state_dict()/load_state_dict() or plain dicts")
+    return state_dict()
 
-    The loss sum and step count of the epoch under way are kept so that an epoch resumed in the
-    middle reports the same train_loss as an uninterrupted one.
-    """
 
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
-        self.new_epoch()
-
-    def new_epoch(self) -> None:
-        self.loss_sum = torch.zeros((), device=self.device)
-        self.steps = 0
-
-    def add(self, loss: torch.Tensor) -> None:
-        self.loss_sum += loss
-        self.steps += 1
-
-    def mean_loss(self) -> torch.Tensor:
-        return self.loss_sum / max(self.steps, 1)
-
-    def capture(self) -> dict[str, Any]:
-        """This rank's entry of the checkpoint's "ranks" list (the step count is the same on every
-        rank: the checkpoint holds it once, as "epoch_steps")."""
-        return {"rng": capture_rng(self.device), "epoch_loss_sum": self.loss_sum.detach().cpu()}
-
-    def restore(self, mine: dict[str, Any], steps: int) -> None:
-        restore_rng(mine["rng"], self.device)
-        self.loss_sum = mine["epoch_loss_sum"].to(self.device)
-        self.steps = steps
-
-    def gather(self, ranks: Ranks) -> list[dict[str, Any]]:
-        """Every rank's `capture()` in rank order on rank 0 (an empty list on the others)."""
-        return ranks.gather(self.capture())
+def load_into(obj: Any, state: Any) -> None:
+    """Put a checkpoint's `state` back into `obj` (the inverse of `state_of`)."""
+    if isinstance(obj, dict):
+        obj.clear()
+        obj.update(state)
+    else:
+        obj.load_state_dict(state)
 
 
 def capture_rng(device: torch.device) -> dict[str, Any]:

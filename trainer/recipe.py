@@ -11,13 +11,22 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from trainer import data
+from trainer import data, startup
 from trainer.collectives import Ranks
 from trainer.config import JobConfig
 from trainer.models import build_model
 
 
 def load_data(job: JobConfig, data_dir: str, local_rank: int, ranks: Ranks) -> data.TensorDataset:
+    """The job's dataset on this rank (on the CPU). Marks when loading began and ended, for the
+    start-up benchmark (trainer.startup)."""
+    startup.mark("data_start")
+    dataset = _load_data(job, data_dir, local_rank, ranks)
+    startup.mark("data")
+    return dataset
+
+
+def _load_data(job: JobConfig, data_dir: str, local_rank: int, ranks: Ranks) -> data.TensorDataset:
     if job.dataset == "digits":
         return data.load_digits()
     if job.dataset == "synthetic-cifar10":

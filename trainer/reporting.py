@@ -62,12 +62,11 @@ class Reporter:
                 self._writer.add_scalar(key, value, step)
         self._writer.flush()
 
-    def progress(self, epoch: int, total: int, done: int) -> Progress:
-        """The steps of one epoch (`done` of `total` already done: a resumed epoch)."""
+    def progress(self, desc: str, total: int, done: int) -> Progress:
+        """`total` steps, e.g. one epoch's (`done` of them already done: a resumed epoch)."""
         bar = None
         if self.progress_bar and self.main:
-            bar = tqdm(total=total, initial=done, desc=f"epoch {epoch + 1}", unit="step", leave=False,
-                       file=sys.stderr)
+            bar = tqdm(total=total, initial=done, desc=desc, unit="step", leave=False, file=sys.stderr)
         return Progress(self, bar)
 
     def close(self) -> None:

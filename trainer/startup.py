@@ -29,8 +29,9 @@ def mark(name: str) -> None:
 
 
 def first_step(run_dir: str | Path, rank: int) -> None:
-    """Called after every optimizer step; only the first one marks and writes (a dict lookup after)."""
-    if "first_step" not in MARKS:
+    """Called after every optimizer step; only the first one marks and writes (a dict lookup after),
+    and only in a process whose `run()` began the record (not a script's own `trainer.api.init()`)."""
+    if "first_step" not in MARKS and "run" in MARKS:
         mark("first_step")
         write(run_dir, rank)
 

@@ -1,5 +1,5 @@
 """The arithmetic of one training step and of one evaluation: forward, loss, backward, micro-batches,
-bf16 autocast. The bookkeeping around them (counters, checkpoints, stops) is the Trainer's."""
+bf16 autocast. The bookkeeping around them (counters, checkpoints, stops) is the loop's (trainer.builtin)."""
 
 from __future__ import annotations
 
