@@ -172,3 +172,34 @@ def test_plain_script_stopped_by_a_signal_to_one_rank_is_requeued_and_restarts_f
     assert stopped["requeued"] and stopped["signal"] == "USR2" and stopped["restarts_from_scratch"]
     assert [e["attempt"] for e in log if e["event"] == "restarted_from_scratch"] == [2]
     assert "it restarts from scratch" in (next((run_dir / "logs").glob("*/*_0_log.out"))).read_text()
+
+
+@pytest.mark.slurm
+def test_init_script_on_two_dev_cluster_nodes_preempted_requeues_and_resumes_bitwise_identical(
+        slurm_cluster: Path, tmp_path: Path) -> None:
+    # 8 epochs x 16 steps, 0.1 s each: ~13 s of training, time to send the preemption warning. A 30-minute
+    # limit: submitit reads a signal near the time limit as a time-out, not a preemption.
+    (tmp_path / "user.yaml").write_text(f"name: user-script\nscript: {USER_SCRIPT}\nargs: ['8', '0.1']\n")
+    reference = run_submit(["--job", "user.yaml", "--json"], cwd=tmp_path)  # uninterrupted, 2 local ranks
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    proc = subprocess.Popen([sys.executable, str(ROOT / "submit.py"), "--profile", "dev-cluster", "--job",
+                             str(tmp_path / "user.yaml"), "--set", f"profile.runs_dir={tmp_path / 'slurm'}", "--set", "profile.time=30",
+                             "--wait", "--json"], cwd=ROOT, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        run_dir = wait_until(lambda: next((tmp_path / "slurm").glob("*/run.json"), None), 60, "the run").parent
+        wait_until(lambda: (run_dir / "metrics.jsonl").exists(), 180, "the first epoch")
+        job_id = next(e["job_id"] for e in events.read(run_dir) if e["event"] == "started")
+        subprocess.run(["scancel", "--signal=USR2", job_id], check=True, timeout=30)  # a preemption warning
+        out, err = proc.communicate(timeout=400)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, out[-3000:] + err[-3000:]
+    result = last_json(out)
+    assert result["restarts"] == 1 and result["restart_causes"] == {"preemption": 1}
+    assert len(set(result["nodes"])) == 2 and result["steps"] == 128
+    log = events.read(run_dir)
+    (stopped,) = [e for e in log if e["event"] == "stopped"]
+    (resumed,) = [e for e in log if e["event"] == "resumed"]
+    assert stopped["requeued"] and stopped["signal"] == "USR2" and resumed["step"] == stopped["step"] > 0
+    assert weights_equal(Path(last_json(reference.stdout)["run_dir"]), run_dir)

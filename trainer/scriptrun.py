@@ -69,7 +69,7 @@ class Child:
     def __init__(self, job: JobConfig, settings: RunSettings, env: distenv.DistEnv, stops: StopSignals,
                  on_stop: StopHook | None, number: int, channel: str) -> None:
         self.job, self.settings, self.env, self.stops, self.on_stop = job, settings, env, stops, on_stop
-        self.number, self.channel = number, channel
+        self.number, self.channel = number, channel  # number: this attempt, as this rank saw it at its start
         self.decided: dict[str, Any] | None = None
         self.last: dict[str, Any] = {}
 
@@ -90,7 +90,7 @@ class Child:
                 # boundary; a script without it is ended by the signal). Other tasks learn of it from
                 # the run folder (a peer's script may end first, by the broken connections).
                 if self.stops.kind == REQUEUE:
-                    scriptstop.note_signal(self.settings.run_dir, self.env.rank, self.number, self.stops.name)
+                    scriptstop.note_signal(self.settings.run_dir, self.env.rank, self.attempt(), self.stops.name)
                 child.send_signal(signal_number(self.stops.name) or signal.SIGTERM)
                 forwarded = self.stops.kind
             if self.env.is_main and self.decided is None:
@@ -107,9 +107,14 @@ class Child:
         stop = scriptstop.script_stop(self.channel) if child.returncode == scriptstop.STOPPED_EXIT_CODE else None
         if stop is not None:  # stopped at a step boundary through trainer.api, which wrote the event
             if self.env.is_main and self.decided is not None:
-                scriptstop.publish_decision(self.settings.run_dir, self.number, self.decided)
+                scriptstop.publish_decision(self.settings.run_dir, self.attempt(), self.decided)
             raise StopRequested(int(stop["step"]), str(stop["signal"]), int(stop["kind"]), stop["info"])
         self.stopped_without_the_api(child.returncode, forwarded != NONE)
+
+    def attempt(self) -> int:
+        """This attempt's number, read again when needed: at this rank's start, rank 0's task may not
+        have recorded the attempt yet (every rank has, once the scripts formed their process group)."""
+        return max(scriptstop.attempt(self.settings.run_dir), self.number)
 
     def relay(self, child: subprocess.Popen[str]) -> None:
         assert child.stdout is not None
@@ -149,18 +154,18 @@ class Child:
             info: dict[str, Any] | None = {"requeued": False, "reason": "terminated"}
         elif self.env.is_main:
             # A peer's signal ends this script too (its connections break): wait a little for its note.
-            name = name if kind == REQUEUE else scriptstop.signalled(run_dir, self.number, timeout=5.0) or ""
+            name = name if kind == REQUEUE else scriptstop.signalled(run_dir, self.attempt(), timeout=5.0) or ""
             if not name:
                 raise failed
             kind, info = REQUEUE, self.decide(name)
-            scriptstop.publish_decision(run_dir, self.number, info)
+            scriptstop.publish_decision(run_dir, self.attempt(), info)
         else:
             if kind == NONE:
-                name = scriptstop.signalled(run_dir, self.number, timeout=3.0) or ""
+                name = scriptstop.signalled(run_dir, self.attempt(), timeout=3.0) or ""
                 if not name:
                     raise failed
             kind = REQUEUE
-            info = scriptstop.decision(run_dir, self.number, timeout=self.settings.collective_timeout_s + 60.0)
+            info = scriptstop.decision(run_dir, self.attempt(), timeout=self.settings.collective_timeout_s + 60.0)
             if info is None:
                 info = {"requeued": False, "reason": "rank 0 made no requeue decision"}
         if self.env.is_main:
