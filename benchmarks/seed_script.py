@@ -9,13 +9,15 @@ batch 64 per rank, the same epochs, the same per-sample ToTensor + Normalize Dat
 * B: `examples/seed_cifar10.py` (the same program, corrected only where it was wrong) submitted as a
   `script:` job on the `local` profile: the launcher starts one child per rank in torchrun's environment
   with OMP_NUM_THREADS (and MKL/OpenBLAS) set to the profile's cpus_per_task (1 on `local`).
+* C (`--one-thread`): the seed program with torch.set_num_threads(1) in each rank: thread control
+  alone, without the launcher, to tell what B gains from threads from what it gains (or loses) elsewhere.
 
 Each side reports images/s of its own training loop (start-up excluded: the same measure in both
 programs), and the run's wall time from the command's start. The runs alternate A, B, A, B, ... so that
 other work on a shared machine slows both alike; the table shows every run, then the best of each (other
 work only ever slows a run down) and the ratio. Goal: B >= 2.5x A.
 
-    python benchmarks/seed_script.py [--epochs 1] [--repeat 3] [--max-steps N]
+    python benchmarks/seed_script.py [--epochs 1] [--repeat 3] [--max-steps N] [--one-thread]
 """
 
 from __future__ import annotations
@@ -34,9 +36,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
 
-def seed_as_written(root: Path, epochs: int, max_steps: int) -> tuple[dict, float]:
+def seed_as_written(root: Path, epochs: int, max_steps: int, threads: int = 0) -> tuple[dict, float]:
     cmd = [sys.executable, str(common.ROOT / "benchmarks" / "seed_program.py"), "--data", str(root),
-           "--epochs", str(epochs), "--max-steps", str(max_steps)]
+           "--epochs", str(epochs), "--max-steps", str(max_steps), "--threads", str(threads)]
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, cwd=common.ROOT,
@@ -59,12 +61,14 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--repeat", type=int, default=3, help="A/B pairs, interleaved")
     parser.add_argument("--max-steps", type=int, default=0, help="steps per epoch and rank (0: the whole epoch)")
+    parser.add_argument("--one-thread", action="store_true",
+                        help="also C: the seed program with torch.set_num_threads(1) per rank (thread control alone)")
     args = parser.parse_args()
     root = common.real_cifar10()
     if root is None:
         return
     print(common.load_note())
-    rows, a_runs, b_runs = [], [], []
+    rows, a_runs, b_runs, c_runs = [], [], [], []
     for i in range(args.repeat):
         a, a_wall = seed_as_written(root, args.epochs, args.max_steps)
         b, b_wall = seed_via_script_job(root, args.epochs, args.max_steps)
@@ -74,8 +78,14 @@ def main() -> None:
                      a_wall, "-"])
         rows.append([f"B{i + 1}: seed script via `script:`", f"{b['threads']} thread/rank",
                      b["images_per_second"], b_wall, f"{b['test_accuracy']:.3f}"])
-        print(f"pair {i + 1}: A {a['images_per_second']:,.0f} images/s ({a_wall:.1f} s), "
-              f"B {b['images_per_second']:,.0f} images/s ({b_wall:.1f} s); {common.load_note()}", flush=True)
+        line = (f"pair {i + 1}: A {a['images_per_second']:,.0f} images/s ({a_wall:.1f} s), "
+                f"B {b['images_per_second']:,.0f} images/s ({b_wall:.1f} s)")
+        if args.one_thread:
+            c, c_wall = seed_as_written(root, args.epochs, args.max_steps, threads=1)
+            c_runs.append(c["images_per_second"])
+            rows.append([f"C{i + 1}: seed program, 1 thread/rank", "1 thread/rank", c["images_per_second"], c_wall, "-"])
+            line += f", C {c['images_per_second']:,.0f} images/s ({c_wall:.1f} s)"
+        print(f"{line}; {common.load_note()}", flush=True)
     best_a, best_b = max(r[0] for r in a_runs), max(r[0] for r in b_runs)
     ratios = [b[0] / a[0] for a, b in zip(a_runs, b_runs)]
     rows.append(["best A", "", best_a, min(r[1] for r in a_runs), ""])
@@ -87,6 +97,8 @@ def main() -> None:
     print(f"\nB / A images/s: best {best_b / best_a:.2f}x, per pair {', '.join(f'{r:.2f}' for r in ratios)} "
           f"(median {statistics.median(ratios):.2f}x); wall time A / B: "
           f"{min(r[1] for r in a_runs) / min(r[1] for r in b_runs):.2f}x. Goal: >= 2.5x. {common.load_note()}")
+    if c_runs:
+        print(f"B / C (the launcher's script path vs the seed with 1 thread/rank alone): best {best_b / max(c_runs):.2f}x")
 
 
 if __name__ == "__main__":

@@ -136,6 +136,8 @@ def test_init_script_stopped_twice_requeues_and_resumes_bitwise_identical(tmp_pa
     assert not [e for e in log if e["event"] == "restarted_from_scratch"]
     assert weights_equal(Path(ref["run_dir"]), Path(result["run_dir"]))
     assert "Traceback" not in proc.stderr  # a stop is not a crash
+    status = run_submit(["status", result["run_dir"], "--json"], cwd=tmp_path)
+    assert json.loads(status.stdout.splitlines()[-1])["state"] == "completed"
 
 
 def rank_pid(run_dir: Path, rank: int) -> int | None:
