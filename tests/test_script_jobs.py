@@ -205,3 +205,29 @@ def test_init_script_on_two_dev_cluster_nodes_preempted_requeues_and_resumes_bit
     (resumed,) = [e for e in log if e["event"] == "resumed"]
     assert stopped["requeued"] and stopped["signal"] == "USR2" and resumed["step"] == stopped["step"] > 0
     assert weights_equal(Path(last_json(reference.stdout)["run_dir"]), run_dir)
+
+
+@pytest.mark.slurm
+def test_plain_script_on_two_dev_cluster_nodes_preempted_is_requeued_and_completes(slurm_cluster: Path,
+                                                                                  tmp_path: Path) -> None:
+    # SLURM signals every process of the step: both scripts die of USR2 at once, both tasks note it,
+    # rank 0's task runs `scontrol requeue`, rank 1's waits for that decision in the shared run folder.
+    (tmp_path / "plain.yaml").write_text(f"name: plain-script\nscript: {PLAIN_SCRIPT}\nargs: ['200']\n")
+    proc = subprocess.Popen([sys.executable, str(ROOT / "submit.py"), "--profile", "dev-cluster", "--job",
+                             str(tmp_path / "plain.yaml"), "--set", f"profile.runs_dir={tmp_path / 'slurm'}",
+                             "--set", "profile.time=30", "--wait", "--json"], cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        run_dir = wait_until(lambda: next((tmp_path / "slurm").glob("*/plain-0-1.started"), None), 180,
+                             "the script's first attempt").parent
+        job_id = next(e["job_id"] for e in events.read(run_dir) if e["event"] == "started")
+        subprocess.run(["scancel", "--signal=USR2", job_id], check=True, timeout=30)
+        out, err = proc.communicate(timeout=400)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, out[-3000:] + err[-3000:]
+    result = last_json(out)
+    assert result["restarts"] == 1 and result["restart_causes"] == {"preemption": 1}
+    assert result["attempt"] == 1 and result["sum"] == 400.0 and len(set(result["nodes"])) == 2
+    (stopped,) = [e for e in events.read(run_dir) if e["event"] == "stopped"]
+    assert stopped["requeued"] and stopped["restarts_from_scratch"]
