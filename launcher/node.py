@@ -136,9 +136,14 @@ class TrainTask(Checkpointable):
         stops.install()
         try:
             self.announce(settings)
-            from trainer.train import run  # torch: only after the stop handlers are in place (above)
+            if self.job.script:  # the script in a child process per rank: no process group here
+                from trainer import scriptrun  # torch: only after the stop handlers are in place (above)
 
-            result = run(self.job, settings, on_stop=requeue, stops=stops)
+                result = scriptrun.run(self.job, settings, distenv.resolve(os.environ), stops, on_stop=requeue)
+            else:
+                from trainer.train import run  # torch: only after the stop handlers are in place (above)
+
+                result = run(self.job, settings, on_stop=requeue, stops=stops)
             # Which interpreter and which code ran (the profile's `python`; the run's code snapshot).
             code = str(Path(__file__).resolve().parents[1])
             return {**result, "python": sys.executable, "code": code} if isinstance(result, dict) else result
@@ -169,22 +174,23 @@ class TrainTask(Checkpointable):
     def exit_after_stop(self, stop: StopRequested) -> None:
         """Every rank ends the same way after a stop; only a refused requeue is an error."""
         step, name, info = stop.step, stop.signal_name, stop.info
+        # A script that uses no trainer.api has no step (-1) and no checkpoint of ours.
+        at, saved = (f" at step {step}", "checkpointed and ") if step >= 0 else ("", "")
         if stop.requeued:
-            print(f"[task] stopped at step {step} on SIG{name} ({info.get('reason')}): checkpointed and requeued",
-                  flush=True)
+            print(f"[task] stopped{at} on SIG{name} ({info.get('reason')}): {saved}requeued", flush=True)
             # SystemExit, not an exception: submitit then writes no result file, and the submitter
             # keeps waiting for the requeued job instead of reading this attempt as the outcome.
             raise SystemExit(info.get("exit_code", 1))
         if stop.kind == TERMINATE:
-            print(f"[task] stopped at step {step} on SIGTERM: checkpointed; the scheduler ends or requeues the job",
-                  flush=True)
+            print(f"[task] stopped{at} on SIGTERM: {saved.replace(' and ', '; ')}the scheduler ends or requeues "
+                  "the job", flush=True)
             raise SystemExit(TERMINATED_EXIT_CODE)
         why = str(info.get("message") or info.get("reason") or "unknown").rstrip(".")
         task_dir = Path(self.settings.run_dir)
+        kept = f"The checkpoint of step {step} is in {task_dir / 'checkpoints'}; " if step >= 0 else ""
         raise NotRequeued(
-            f"stopped at step {step} on SIG{name} ({info.get('reason', 'stop signal')}) and not requeued: {why}. "
-            f"The checkpoint of step {step} is in {task_dir / 'checkpoints'}; "
-            f"continue with: python submit.py --resume {self.run_root}") from None
+            f"stopped{at} on SIG{name} ({info.get('reason', 'stop signal')}) and not requeued: {why}. "
+            f"{kept}continue with: python submit.py --resume {self.run_root}") from None
 
 
 def _same_terminal() -> bool:

@@ -348,24 +348,24 @@ def test_corpus_is_large_enough() -> None:
 TINY = 'entrypoint: "tests.userpkg.tiny:train"\n'
 USER_CODE_CASES = [
     ("entrypoint module missing", {"u.yaml": 'entrypoint: "nosuchpkg.train:main"\n'}, ["--job", "{u.yaml}"],
-     ["'entrypoint'", "nosuchpkg.train:main", "no module named 'nosuchpkg'", "job file's folder"]),
+     ["u.yaml: key 'entrypoint'", "nosuchpkg.train:main", "no module named 'nosuchpkg'", "job file's folder"]),
     ("entrypoint function missing", {"u.yaml": 'entrypoint: "tests.userpkg.tiny:trian"\n'}, ["--job", "{u.yaml}"],
-     ["'entrypoint'", "has no function 'trian'", "train"]),
+     ["u.yaml: key 'entrypoint'", "has no function 'trian'", "train"]),
     ("entrypoint not module:function", {"u.yaml": 'entrypoint: "tests/userpkg/tiny.py"\n'}, ["--job", "{u.yaml}"],
-     ["'entrypoint'", "'package.module:function'"]),
+     ["u.yaml: key 'entrypoint'", "'package.module:function'"]),
     ("config key the function's dataclass does not accept", {"u.yaml": TINY + "config: {epoch: 3}\n"},
-     ["--job", "{u.yaml}"], ["unknown key 'config.epoch'", "did you mean 'epochs'", "lr"]),
+     ["--job", "{u.yaml}"], ["u.yaml: unknown key 'config.epoch'", "did you mean 'epochs'", "lr"]),
     ("config value of the wrong type", {"u.yaml": TINY}, ["--job", "{u.yaml}", "--set", "job.config.epochs=two"],
-     ["'config.epochs'", "'two'", "an integer"]),
+     ["u.yaml with --set job.config.epochs: key 'config.epochs'", "'two'", "an integer"]),
     ("sweep over a config key the function does not accept",
      {"u.yaml": TINY + "sweep: {grid: {config.lrr: [0.1, 0.2]}}\n"}, ["--job", "{u.yaml}"],
-     ["unknown key 'config.lrr'"]),
+     ["u.yaml (sweep task 0): unknown key 'config.lrr'"]),
     ("script that does not exist", {"u.yaml": "script: nothere/train.py\n"}, ["--job", "{u.yaml}"],
-     ["'script'", "nothere/train.py", "no such file"]),
+     ["u.yaml: key 'script'", "nothere/train.py", "no such file"]),
     ("both entrypoint and script", {"u.yaml": TINY + "script: train.py\n"}, ["--job", "{u.yaml}"],
-     ["'script'", "'entrypoint'"]),
+     ["u.yaml", "'script'", "'entrypoint'"]),
     ("entrypoint with a debug profile too", {"u.yaml": 'entrypoint: "tests.userpkg.tiny:missing"\n'},
-     ["--profile", "debug", "--job", "{u.yaml}"], ["has no function 'missing'"]),
+     ["--profile", "debug", "--job", "{u.yaml}"], ["u.yaml: key 'entrypoint'", "has no function 'missing'"]),
 ]
 
 
@@ -373,6 +373,16 @@ USER_CODE_CASES = [
 def test_bad_user_code_input_is_one_clear_line_and_exit_2(tmp_path: Path, files: dict[str, str], args: list[str],
                                                           expected: list[str]) -> None:
     test_bad_input_is_one_clear_line_and_exit_2(tmp_path, files, args, expected)
+
+
+def test_user_code_errors_name_the_job_file_as_the_user_gave_it(tmp_path: Path) -> None:
+    write(tmp_path / "jobs" / "mine.yaml", 'entrypoint: "tests.userpkg.tiny:trian"\n')
+    write(tmp_path / "jobs" / "run.yaml", "script: nothere/train.py\n")
+    for job, key, value in [("jobs/mine.yaml", "entrypoint", "tests.userpkg.tiny:trian"),
+                            ("jobs/run.yaml", "script", "nothere/train.py")]:
+        proc = run_submit(["--job", job], cwd=tmp_path, timeout=60)
+        assert proc.returncode == 2 and proc.stderr.startswith(f"error: {job}: key '{key}' has invalid value '{value}'; ")
+    assert not (tmp_path / "runs").exists()
 
 
 def test_help_does_not_import_the_users_module(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,8 @@ import pytest
 import torch
 
 from tests.cifar_format import random_cifar10
-from tests.helpers import ROOT, last_json, run_submit
+from tests.helpers import ROOT, last_json, run_submit, wait_until
+from trainer import events
 
 SEED = ROOT / "examples" / "seed_cifar10.py"
 
@@ -104,3 +106,128 @@ def test_lenet_entrypoint_requeued_twice_ends_bitwise_identical(tmp_path: Path, 
     assert run["restarts"] == 2 and run["steps"] == ref["steps"] == 8
     x, y = (torch.load(Path(r["run_dir"]) / "weights.pt") for r in (ref, run))
     assert x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
+
+
+# ----- the requeue protocol for scripts (trainer.scriptstop) -----------------------------------------
+
+USER_SCRIPT = ROOT / "tests" / "userpkg" / "script_job.py"
+PLAIN_SCRIPT = ROOT / "tests" / "userpkg" / "plain_script.py"
+
+
+def weights_equal(a: Path, b: Path) -> bool:
+    x, y = torch.load(a / "weights.pt"), torch.load(b / "weights.pt")
+    return x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
+
+
+def test_init_script_stopped_twice_requeues_and_resumes_bitwise_identical(tmp_path: Path) -> None:
+    # tests/userpkg/tiny.py through trainer.api.init(): 16 steps per epoch on 2 ranks, 3 epochs.
+    (tmp_path / "user.yaml").write_text(f"name: user-script\nscript: {USER_SCRIPT}\nargs: ['3']\n")
+    reference = run_submit(["--job", "user.yaml", "--json"], cwd=tmp_path)
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    proc = run_submit(["--job", "user.yaml", "--set", "job.interrupt_at=10,30", "--json"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ref, result = last_json(reference.stdout), last_json(proc.stdout)
+    assert result["restarts"] == 2 and result["restart_causes"] == {"preemption": 2}
+    assert result["steps"] == ref["steps"] == 48 and result["attempt_restarts"] == 2
+    log = events.read(result["run_dir"])
+    stopped = [e for e in log if e["event"] == "stopped"]
+    assert [e["step"] for e in stopped] == [10, 30] and all(e["requeued"] for e in stopped)
+    assert [e["step"] for e in log if e["event"] == "resumed"] == [10, 30]
+    assert not [e for e in log if e["event"] == "restarted_from_scratch"]
+    assert weights_equal(Path(ref["run_dir"]), Path(result["run_dir"]))
+    assert "Traceback" not in proc.stderr  # a stop is not a crash
+    status = run_submit(["status", result["run_dir"], "--json"], cwd=tmp_path)
+    assert json.loads(status.stdout.splitlines()[-1])["state"] == "completed"
+
+
+def rank_pid(run_dir: Path, rank: int) -> int | None:
+    """The pid of `rank`'s task (the script's parent), from the banner at the top of its log."""
+    for log in (run_dir / "logs").glob(f"*/*_{rank}_log.out"):
+        banners = [line for line in log.read_text().splitlines() if "attempt started" in line]
+        if banners:
+            return int(banners[-1].split(" pid ")[1].split()[0])
+    return None
+
+
+def test_plain_script_stopped_by_a_signal_to_one_rank_is_requeued_and_restarts_from_scratch(tmp_path: Path) -> None:
+    # 160 all-reduces 50 ms apart: ~8 s per attempt. The requeue signal goes to rank 1's task only,
+    # as a user's `kill -USR2` would: rank 0's script then dies of the broken connection, and rank 0's
+    # task must still read it as a stop (rank 1's note in the run folder), requeue, and both ranks
+    # must leave the same way.
+    (tmp_path / "plain.yaml").write_text(f"name: plain-script\nscript: {PLAIN_SCRIPT}\nargs: ['160']\n")
+    proc = subprocess.Popen([sys.executable, str(ROOT / "submit.py"), "--job", "plain.yaml", "--json"],
+                            cwd=tmp_path, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        run_dir = wait_until(lambda: next((tmp_path / "runs").glob("*/plain-0-1.started"), None), 120,
+                             "the script's first attempt").parent
+        os.kill(wait_until(lambda: rank_pid(run_dir, 1), 30, "rank 1's pid"), signal.SIGUSR2)
+        out, err = proc.communicate(timeout=240)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err[-3000:]
+    result = last_json(out)
+    assert result["restarts"] == 1 and result["restart_causes"] == {"preemption": 1}
+    assert result["attempt"] == 1 and result["sum"] == 320.0  # the second attempt ran all of it
+    log = events.read(run_dir)
+    (stopped,) = [e for e in log if e["event"] == "stopped"]
+    assert stopped["requeued"] and stopped["signal"] == "USR2" and stopped["restarts_from_scratch"]
+    assert [e["attempt"] for e in log if e["event"] == "restarted_from_scratch"] == [2]
+    assert "it restarts from scratch" in (next((run_dir / "logs").glob("*/*_0_log.out"))).read_text()
+
+
+@pytest.mark.slurm
+def test_init_script_on_two_dev_cluster_nodes_preempted_requeues_and_resumes_bitwise_identical(
+        slurm_cluster: Path, tmp_path: Path) -> None:
+    # 8 epochs x 16 steps, 0.1 s each: ~13 s of training, time to send the preemption warning. A 30-minute
+    # limit: submitit reads a signal near the time limit as a time-out, not a preemption.
+    (tmp_path / "user.yaml").write_text(f"name: user-script\nscript: {USER_SCRIPT}\nargs: ['8', '0.1']\n")
+    reference = run_submit(["--job", "user.yaml", "--json"], cwd=tmp_path)  # uninterrupted, 2 local ranks
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    proc = subprocess.Popen([sys.executable, str(ROOT / "submit.py"), "--profile", "dev-cluster", "--job",
+                             str(tmp_path / "user.yaml"), "--set", f"profile.runs_dir={tmp_path / 'slurm'}", "--set", "profile.time=30",
+                             "--wait", "--json"], cwd=ROOT, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        run_dir = wait_until(lambda: next((tmp_path / "slurm").glob("*/run.json"), None), 60, "the run").parent
+        wait_until(lambda: (run_dir / "metrics.jsonl").exists(), 180, "the first epoch")
+        job_id = next(e["job_id"] for e in events.read(run_dir) if e["event"] == "started")
+        subprocess.run(["scancel", "--signal=USR2", job_id], check=True, timeout=30)  # a preemption warning
+        out, err = proc.communicate(timeout=400)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, out[-3000:] + err[-3000:]
+    result = last_json(out)
+    assert result["restarts"] == 1 and result["restart_causes"] == {"preemption": 1}
+    assert len(set(result["nodes"])) == 2 and result["steps"] == 128
+    log = events.read(run_dir)
+    (stopped,) = [e for e in log if e["event"] == "stopped"]
+    (resumed,) = [e for e in log if e["event"] == "resumed"]
+    assert stopped["requeued"] and stopped["signal"] == "USR2" and resumed["step"] == stopped["step"] > 0
+    assert weights_equal(Path(last_json(reference.stdout)["run_dir"]), run_dir)
+
+
+@pytest.mark.slurm
+def test_plain_script_on_two_dev_cluster_nodes_preempted_is_requeued_and_completes(slurm_cluster: Path,
+                                                                                  tmp_path: Path) -> None:
+    # SLURM signals every process of the step: both scripts die of USR2 at once, both tasks note it,
+    # rank 0's task runs `scontrol requeue`, rank 1's waits for that decision in the shared run folder.
+    (tmp_path / "plain.yaml").write_text(f"name: plain-script\nscript: {PLAIN_SCRIPT}\nargs: ['200']\n")
+    proc = subprocess.Popen([sys.executable, str(ROOT / "submit.py"), "--profile", "dev-cluster", "--job",
+                             str(tmp_path / "plain.yaml"), "--set", f"profile.runs_dir={tmp_path / 'slurm'}",
+                             "--set", "profile.time=30", "--wait", "--json"], cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        run_dir = wait_until(lambda: next((tmp_path / "slurm").glob("*/plain-0-1.started"), None), 180,
+                             "the script's first attempt").parent
+        job_id = next(e["job_id"] for e in events.read(run_dir) if e["event"] == "started")
+        subprocess.run(["scancel", "--signal=USR2", job_id], check=True, timeout=30)
+        out, err = proc.communicate(timeout=400)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, out[-3000:] + err[-3000:]
+    result = last_json(out)
+    assert result["restarts"] == 1 and result["restart_causes"] == {"preemption": 1}
+    assert result["attempt"] == 1 and result["sum"] == 400.0 and len(set(result["nodes"])) == 2
+    (stopped,) = [e for e in events.read(run_dir) if e["event"] == "stopped"]
+    assert stopped["requeued"] and stopped["restarts_from_scratch"]

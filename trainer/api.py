@@ -42,7 +42,7 @@ from typing import Any
 import torch
 from torch.utils.data.distributed import DistributedSampler
 
-from trainer import checkpoint, distenv, events, runtime, startup
+from trainer import checkpoint, distenv, events, runtime, scriptstop, startup
 from trainer.collectives import Ranks
 from trainer.reporting import Progress, Reporter
 from trainer.stopping import StopHook, StopProtocol, StopSignals
@@ -231,13 +231,16 @@ _INITIALISED: dict[str, Any] = {}
 
 
 def init(run_dir: str | Path | None = None, config: Any = None, threads: int | None = None,
-         init_timeout_s: int = 120, collective_timeout_s: int = 45, stop_signal: str = "USR2",
+         init_timeout_s: int = 120, collective_timeout_s: int = 45, stop_signal: str | None = None,
          checkpoint_every_steps: int = 0, keep_checkpoints: int = 3) -> Context:
     """The same Context for a script run by torchrun (or plain python): call it once per process.
 
     Reads the rank from torchrun's (or SLURM's) variables, forms the process group once (NCCL on a
-    GPU, gloo otherwise) and tears it down at exit, takes over the stop signals (a stop at
-    `step_boundary` then checkpoints and raises StopRequested: rerun the same command to resume).
+    GPU, gloo otherwise) and tears it down at exit, takes over the stop signals (`stop_signal`, by
+    default the one a `script:` job's profile uses, else USR2; and TERM). A stop at `step_boundary`
+    checkpoints and raises StopRequested; left uncaught, the script prints one line and exits with
+    status 75 (`trainer.scriptstop.STOPPED_EXIT_CODE`): a `script:` job then requeues and the next
+    attempt resumes from the checkpoint; under torchrun, rerun the same command to resume.
     `run_dir` defaults to $TRAINER_RUN_DIR, then runs/script.
     """
     if "ctx" in _INITIALISED:
@@ -247,11 +250,19 @@ def init(run_dir: str | Path | None = None, config: Any = None, threads: int | N
         runtime.set_threads(threads)
     device = runtime.pick_device(torch.cuda.is_available(), env)
     store = runtime.init_process_group(env, device, init_timeout_s, collective_timeout_s)
+    # Set by trainer.scriptrun when the submitter runs this script (`script:` jobs).
+    channel = os.environ.get(scriptstop.CHANNEL_VARIABLE, "")
+    stop_signal = stop_signal or os.environ.get(scriptstop.STOP_SIGNAL_VARIABLE) or "USR2"
+    interrupts = {int(p) for p in os.environ.get(scriptstop.INTERRUPT_VARIABLE, "").split(",") if p.strip()}
     stops = StopSignals(stop_signal)
     stops.install()
     folder = run_dir or os.environ.get("TRAINER_RUN_DIR") or "runs/script"
-    ctx = Context(env, device, folder, config, stops=stops, stop_signal=stop_signal,
-                  checkpoint_every_steps=checkpoint_every_steps, keep_checkpoints=keep_checkpoints)
+    # Rank 0's stop decision is the task's: it requeues the job (trainer.scriptstop).
+    on_stop = (lambda name: scriptstop.request_decision(channel, name)) if channel else None
+    ctx = Context(env, device, folder, config, stops=stops, stop_signal=stop_signal, on_stop=on_stop,
+                  checkpoint_every_steps=checkpoint_every_steps, keep_checkpoints=keep_checkpoints,
+                  interrupts=interrupts)
+    scriptstop.exit_as_stopped_on_stop_requested(channel)
 
     def teardown() -> None:
         ctx.close()

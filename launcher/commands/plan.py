@@ -63,7 +63,7 @@ def plan_submission(profile: Profile, points: list[Point], run_dir: Path, is_swe
     """Local checks, the --after dependency, and the submission as data (new runs and --resume alike)."""
     checks.check_writable_folder(run_dir.parent, "profile.runs_dir", "the run folder")
     for point in points:
-        checks.check_local(profile, point.job, source)
+        checks.check_local(profile, point.job, source, point.source)
     if after and profile.executor != "slurm":
         raise ConfigError(f"--after {after}: dependencies need a slurm profile, not '{profile.executor}'")
     return build(profile, points, run_dir, is_sweep, _job_ids_of(Path(after)) if after else [])
@@ -77,7 +77,8 @@ def new_run(args: argparse.Namespace) -> tuple[Submission, str]:
         profile.wait = True
     jobs = (expand(resolved.job_data, resolved.sweep, resolved.job_source) if resolved.sweep is not None
             else [(job, {})])
-    points = [Point(i, one, overrides) for i, (one, overrides) in enumerate(jobs)]
+    points = [Point(i, one, overrides, resolved.job_source + (f" (sweep task {i})" if resolved.sweep is not None
+                                                              else "")) for i, (one, overrides) in enumerate(jobs)]
     run_dir = layout.new_run_dir(Path(profile.runs_dir), job.name, profile.name)
     sub = plan_submission(profile, points, run_dir, len(points) > 1, resolved.profile_source, args.after)
     return sub, resolved.profile_source

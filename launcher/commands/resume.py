@@ -131,8 +131,10 @@ def resume(args: argparse.Namespace, argv: list[str]) -> int:
         raise ConfigError(f"--resume {run_dir}: {layout.TASKS_FILE} has no entry for task(s) "
                           f"{', '.join(map(str, missing))}, so they cannot be rebuilt")
     # Merged, not replaced: `--set job.config.KEY=V` changes one key of an entrypoint's config.
-    points = [Point(ts.task, build(JobConfig, deep_merge(recorded[ts.task], overrides["job"]),
-                                   f"{run_dir / layout.TASKS_FILE} (task {ts.task}, with --set)"), ts.overrides)
-              for ts in todo]
+    points = []
+    for ts in todo:
+        where = f"{run_dir / layout.TASKS_FILE} (task {ts.task}, with --set)"
+        points.append(Point(ts.task, build(JobConfig, deep_merge(recorded[ts.task], overrides["job"]), where),
+                            ts.overrides, where))
     sub = plan_submission(profile, points, run_dir, info.is_sweep, source, args.after)
     return execute(ResumePlan(sub, source, argv, info, todo, overrides["job"]), args)

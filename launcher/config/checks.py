@@ -12,20 +12,22 @@ from trainer.schema import ConfigError
 CIFAR_FOLDER = "cifar-10-batches-py"
 
 
-def check_local(profile: Profile, job: JobConfig, source: str) -> None:
-    """What can be known on this machine: GPUs for in-machine executors, the data folder."""
+def check_local(profile: Profile, job: JobConfig, source: str, job_source: str = "") -> None:
+    """What can be known on this machine: GPUs for in-machine executors, the data folder, the job's
+    entrypoint or script. `source` names the profile, `job_source` the job file as the user gave it."""
+    job_source = job_source or f"job '{job.name}'"
     if profile.executor in ("local", "debug") and profile.gpus_per_node and not cuda_visible_here():
         raise ConfigError(f"{source}: key 'gpus_per_node' has invalid value {profile.gpus_per_node}; this machine "
                           f"has no NVIDIA GPU (no driver found), so the {profile.executor} executor allows only 0")
     check_data(profile, job)
     if job.entrypoint:
-        check_entrypoint(job, source)
+        check_entrypoint(job, job_source)
     if job.script:
         # Made absolute here, once: the tasks may start in another directory (a SLURM node's).
-        job.script = script_path(job)
+        job.script = script_path(job, job_source)
 
 
-def script_path(job: JobConfig) -> str:
+def script_path(job: JobConfig, source: str = "") -> str:
     """The script as an absolute path: as given, else relative to the current directory, else to
     the job file's folder; a ConfigError when it is none of them."""
     tried = [Path(job.script)] if Path(job.script).is_absolute() else [Path.cwd() / job.script]
@@ -34,8 +36,8 @@ def script_path(job: JobConfig) -> str:
     for path in tried:
         if path.is_file():
             return str(path.resolve())
-    raise ConfigError(f"job '{job.name}': key 'script' has invalid value {job.script!r}; no such file (looked in "
-                      + ", ".join(str(p.parent) for p in tried) + ")")
+    raise ConfigError(f"{source or f'job {job.name!r}'}: key 'script' has invalid value {job.script!r}; no such "
+                      f"file (a path to a Python file; looked in " + ", ".join(str(p.parent) for p in tried) + ")")
 
 
 def check_entrypoint(job: JobConfig, source: str) -> None:
@@ -44,7 +46,7 @@ def check_entrypoint(job: JobConfig, source: str) -> None:
     submissions of entrypoint jobs pay it, never --help."""
     from trainer import entry  # imports the user's module: only for entrypoint jobs
 
-    entry.check(job.entrypoint, job.config, job.code_dir, f"job '{job.name}'")
+    entry.check(job.entrypoint, job.config, job.code_dir, source)
 
 
 def check_data(profile: Profile, job: JobConfig) -> None:

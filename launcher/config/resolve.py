@@ -90,7 +90,15 @@ def _check_keys(overrides: dict[str, Any], cls: type, scope: str) -> None:
 def _described(source: str, overrides: dict[str, Any], scope: str) -> str:
     if not overrides:
         return source
-    return f"{source} with --set " + " ".join(f"{scope}.{k}" for k in overrides)
+    return f"{source} with --set " + " ".join(f"{scope}.{k}" for k in _dotted(overrides))
+
+
+def _dotted(overrides: dict[str, Any], prefix: str = "") -> list[str]:
+    """The keys as --set wrote them: `config.lr`, not `config` (nested mappings come from dotted keys)."""
+    keys: list[str] = []
+    for key, value in overrides.items():
+        keys.extend(_dotted(value, f"{prefix}{key}.") if isinstance(value, dict) and value else [f"{prefix}{key}"])
+    return keys
 
 
 def load_profile(name: str, overrides: dict[str, Any] | None = None) -> tuple[Profile, str]:

@@ -25,6 +25,9 @@ class Point:
     task: int
     job: JobConfig
     overrides: dict[str, Any] = field(default_factory=dict)
+    # Where the job came from, as errors name it: the job file as the user gave it (with its --set
+    # keys), or the run record `--resume` rebuilt it from.
+    source: str = ""
 
 
 @dataclass
