@@ -35,16 +35,15 @@ import atexit
 import math
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils.data.distributed import DistributedSampler
 
 from trainer import checkpoint, distenv, events, runtime, scriptstop, startup
 from trainer.collectives import Ranks
 from trainer.reporting import Progress, Reporter
+from trainer.sampler import ResumableSampler
 from trainer.stopping import StopHook, StopProtocol, StopSignals
 
 __all__ = ["Context", "ResumableSampler", "init"]
@@ -196,35 +195,6 @@ class Context:
 
     def close(self) -> None:
         self.report.close()
-
-
-class ResumableSampler(DistributedSampler):  # type: ignore[type-arg]
-    """A DistributedSampler whose epoch can start mid-way: `set_epoch(epoch, skip=n)` leaves out
-    the first `n` samples of this rank's share (those an interrupted attempt already trained on),
-    so the rest of the epoch sees exactly the samples, in the order, an uninterrupted run would."""
-
-    def __init__(self, dataset: Any, ctx: Context | None = None, **kwargs: Any) -> None:
-        if ctx is not None:
-            kwargs.setdefault("num_replicas", ctx.world_size)
-            kwargs.setdefault("rank", ctx.rank)
-        super().__init__(dataset, **kwargs)
-        self.skip = 0
-
-    def set_epoch(self, epoch: int, skip: int = 0) -> None:
-        super().set_epoch(epoch)
-        self.skip = skip
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(list(super().__iter__())[self.skip:])
-
-    def __len__(self) -> int:
-        return max(0, self.num_samples - self.skip)
-
-    def state_dict(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "skip": self.skip}
-
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        self.set_epoch(state["epoch"], state["skip"])
 
 
 _INITIALISED: dict[str, Any] = {}
