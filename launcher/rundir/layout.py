@@ -128,7 +128,22 @@ def log_path(run_dir: Path, job_id: str, rank: int, stream: str = "out") -> Path
     return job_log_dir(run_dir, job_id) / f"{job_id}_{rank}_log.{stream}"
 
 
-def result_pickles(run_dir: Path, job_id: str) -> list[Path]:
-    """Each rank's result pickle submitit left for `job_id` (success or the rank's traceback)."""
+def job_files(run_dir: Path, job_id: str) -> dict[str, os.DirEntry[str]]:
+    """The entries of a job's log folder by name, from one listing ({} if there is none). `status`
+    of a large sweep reads thousands of these folders: one listing each serves both the result
+    pickles and the log times (a glob per job also compiled a new pattern each time)."""
+    try:
+        with os.scandir(job_log_dir(run_dir, job_id)) as entries:
+            return {entry.name: entry for entry in entries}
+    except OSError:  # missing, or not a folder
+        return {}
+
+
+def result_pickles(run_dir: Path, job_id: str, files: dict[str, os.DirEntry[str]] | None = None) -> list[Path]:
+    """Each rank's result pickle submitit left for `job_id` (success or the rank's traceback), the
+    names `<job id>_<rank>_result.pkl`; `files`: the folder's listing, if the caller has it."""
+    files = job_files(run_dir, job_id) if files is None else files
     folder = job_log_dir(run_dir, job_id)
-    return list(folder.glob(f"{job_id}_*_result.pkl")) if folder.is_dir() else []
+    prefix, suffix = f"{job_id}_", "_result.pkl"
+    return [folder / name for name in files
+            if name.startswith(prefix) and name.endswith(suffix) and len(name) >= len(prefix) + len(suffix)]

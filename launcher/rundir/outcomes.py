@@ -46,10 +46,12 @@ def root_cause_first(failures: list[Failure], first_dead: int | None = None) -> 
     return sorted(failures, key=key)
 
 
-def read_outcomes(run_dir: Path, job_id: str) -> dict[int, tuple[str, Any]]:
-    """Each rank's ("success", result) or ("error", traceback) from submitit's result pickles."""
+def read_outcomes(run_dir: Path, job_id: str,
+                  files: dict[str, os.DirEntry[str]] | None = None) -> dict[int, tuple[str, Any]]:
+    """Each rank's ("success", result) or ("error", traceback) from submitit's result pickles
+    (`files`: the job folder's listing, layout.job_files, if the caller has it)."""
     out: dict[int, tuple[str, Any]] = {}
-    pickles = result_pickles(run_dir, job_id)
+    pickles = result_pickles(run_dir, job_id, files)
     if pickles:
         check_private(run_dir, pickles[0].parent)
     for path in pickles:
