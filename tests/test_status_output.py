@@ -5,7 +5,8 @@ A small SLURM sweep's run folder, built the way finished tasks leave it, with ev
 `status` records), a rank that raised while its peer died of it, no result at all, a broken
 result.json, restarts from events.jsonl, a task resubmitted by `--resume`, one never submitted, a
 failure.json only, a cancelled sweep. Its job ids are ones the dev cluster's accounting does not
-know, so sacct and squeue are asked for real and the states come from the run folder. The text,
+know, so sacct and squeue are asked for real (where the dev cluster is up; the answer is the same
+where it is not) and the states come from the run folder. The text,
 `--json`, `--no-collect`, summary.csv/summary.md and the recorded result.json files must equal the
 ones recorded in tests/data/status_output/ (written by the code before the speed-up; rewrite them
 with STATUS_OUTPUT_RECORD=1 only for a change of output that is meant).
@@ -22,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from launcher import devcluster as dev_cluster
 from tests.helpers import run_submit
 
 RECORDED = Path(__file__).resolve().parent / "data" / "status_output"
@@ -141,11 +143,12 @@ def _outputs(cwd: Path, run_dir: Path) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("build", [_build_sweep, _build_cancelled], ids=["sweep", "cancelled"])
-def test_status_output_is_unchanged(slurm_cluster: Path, tmp_path: Path, build: Any) -> None:
+def test_status_output_is_unchanged(tmp_path: Path, build: Any) -> None:
     cwd = tmp_path.resolve()
     run_dir = cwd / "runs" / build.__name__.removeprefix("_build_")
-    build(run_dir, str(slurm_cluster))
-    got = {name: text.replace(str(slurm_cluster), "<slurm.conf>") for name, text in _outputs(cwd, run_dir).items()}
+    slurm_conf = str(dev_cluster.slurm_conf_path())
+    build(run_dir, slurm_conf)
+    got = {name: text.replace(slurm_conf, "<slurm.conf>") for name, text in _outputs(cwd, run_dir).items()}
     folder = RECORDED / run_dir.name
     if os.environ.get("STATUS_OUTPUT_RECORD") == "1":
         folder.mkdir(parents=True, exist_ok=True)
