@@ -18,13 +18,15 @@ import datetime
 import json
 import os
 import pickle
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from launcher import devcluster as dev_cluster
-from tests.helpers import run_submit
+from tests.helpers import ROOT, run_submit
 
 RECORDED = Path(__file__).resolve().parent / "data" / "status_output"
 LOG_START = "2026-01-02 03:04:05"
@@ -161,3 +163,24 @@ def test_status_output_is_unchanged(tmp_path: Path, build: Any) -> None:
     # The first call recorded each finished task; the second read those records instead of the
     # pickles and logs, and must say the same.
     assert got["first.txt"] == got["again.txt"]
+
+
+def test_status_loads_neither_the_submit_path_nor_heavy_libraries(tmp_path: Path) -> None:
+    """What `status` imports is part of what it costs (a fresh process each call): not torch,
+    submitit or matplotlib when there is nothing to draw, nor the code that submits."""
+    cwd = tmp_path.resolve()
+    run_dir = cwd / "runs" / "sweep"
+    _build_sweep(run_dir, str(dev_cluster.slurm_conf_path()))
+    assert run_submit(["status", str(run_dir)], cwd, timeout=120).returncode == 0  # draws summary.png
+    code = ("import contextlib, io, json, sys\nfrom launcher.commands.main import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            f"    codes = [main(['status', {str(run_dir)!r}, *extra]) for extra in ([], ['--json'], ['--no-collect'])]\n"
+            "print(json.dumps([codes, sorted(sys.modules)]))\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    codes, loaded = json.loads(done.stdout.strip().splitlines()[-1])
+    assert codes == [0, 0, 0]
+    heavy = ("torch", "submitit", "matplotlib", "numpy", "launcher.request.send", "launcher.request.submission",
+             "launcher.commands.waiting", "launcher.commands.submit")
+    assert [m for m in loaded if m.startswith(heavy)] == []

@@ -17,6 +17,7 @@ from typing import Any
 
 from launcher.cluster.jobids import distinct_bases
 from launcher.cluster.slurm.env import slurm_env
+from launcher.request.errors import PartiallySubmitted
 from launcher.request.submission import Submission
 from launcher.rundir import snapshot
 from launcher.rundir.layout import RUN_FILE
@@ -30,11 +31,6 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 class SubmissionRefused(ConfigError):
     """sbatch refused the job and nothing was queued (bad input, exit 2): a request the preflight
     cannot see, e.g. an unknown node name."""
-
-
-class PartiallySubmitted(RuntimeError):
-    """Part of a split array was queued before sbatch refused the rest: what was queued is recorded
-    in the run folder (status, cancel and --resume see it); the submitter exits 1."""
 
 
 @contextlib.contextmanager
