@@ -124,8 +124,12 @@ def job_log_dir(run_dir: Path, job_id: str) -> Path:
     return log_dir(run_dir) / job_id
 
 
+def log_name(job_id: str, rank: int, stream: str = "out") -> str:
+    return f"{job_id}_{rank}_log.{stream}"
+
+
 def log_path(run_dir: Path, job_id: str, rank: int, stream: str = "out") -> Path:
-    return job_log_dir(run_dir, job_id) / f"{job_id}_{rank}_log.{stream}"
+    return job_log_dir(run_dir, job_id) / log_name(job_id, rank, stream)
 
 
 def job_files(run_dir: Path, job_id: str) -> dict[str, os.DirEntry[str]]:
@@ -139,11 +143,15 @@ def job_files(run_dir: Path, job_id: str) -> dict[str, os.DirEntry[str]]:
         return {}
 
 
-def result_pickles(run_dir: Path, job_id: str, files: dict[str, os.DirEntry[str]] | None = None) -> list[Path]:
-    """Each rank's result pickle submitit left for `job_id` (success or the rank's traceback), the
-    names `<job id>_<rank>_result.pkl`; `files`: the folder's listing, if the caller has it."""
-    files = job_files(run_dir, job_id) if files is None else files
-    folder = job_log_dir(run_dir, job_id)
+def result_pickle_names(job_id: str, files: dict[str, os.DirEntry[str]]) -> list[str]:
+    """The names of the result pickles in a job folder's listing: `<job id>_<rank>_result.pkl`, each
+    rank's success or traceback."""
     prefix, suffix = f"{job_id}_", "_result.pkl"
-    return [folder / name for name in files
+    return [name for name in files
             if name.startswith(prefix) and name.endswith(suffix) and len(name) >= len(prefix) + len(suffix)]
+
+
+def result_pickles(run_dir: Path, job_id: str) -> list[Path]:
+    """Each rank's result pickle submitit left for `job_id` (success or the rank's traceback)."""
+    folder = job_log_dir(run_dir, job_id)
+    return [folder / name for name in result_pickle_names(job_id, job_files(run_dir, job_id))]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -127,7 +128,7 @@ def _write_task_results(info: RunInfo, states: list[TaskState], max_curves: int 
             # With the wall time, so that later calls take the task as finished (states.finished_record).
             write_result(ts.task_dir, ts.result, job_id=ts.job_id, restarts=ts.restarts, task=ts.task,
                          overrides=ts.overrides, wall_time_s=ts.wall_time_s)
-        if ts.recorded and (ts.task_dir / CURVES_FILE).exists():
+        if ts.recorded and os.path.exists(os.path.join(ts.task_dir, CURVES_FILE)):
             continue  # a finished task's metrics no longer change: its picture stays fresh
         if not ts.task_dir.is_dir() or plots.is_fresh(ts.task_dir / CURVES_FILE, ts.task_dir / METRICS_FILE):
             continue

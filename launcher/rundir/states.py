@@ -28,7 +28,7 @@ from launcher.cluster import local
 from launcher.cluster.slurm.accounting import SchedulerRecord, sacct_records, squeue_records
 from launcher.cluster.slurm.env import slurm_env
 from launcher.rundir import restarts
-from launcher.rundir.layout import FAILURE_FILE, RESULT_FILE, job_files, log_path
+from launcher.rundir.layout import FAILURE_FILE, RESULT_FILE, job_files, log_name
 from launcher.rundir.outcomes import failure_of, read_outcomes
 from launcher.rundir.record import RunInfo, read_optional
 
@@ -82,7 +82,7 @@ def log_times(run_dir: Path, job_id: str,
     files = job_files(run_dir, job_id) if files is None else files
     start = None
     for stream in ("err", "out"):  # the attempt's banner and submitit's first lines go to stderr
-        entry = files.get(log_path(run_dir, job_id, 0, stream).name)
+        entry = files.get(log_name(job_id, 0, stream))
         if entry is not None:
             with open(entry.path, encoding="utf-8", errors="replace") as fh:
                 match = _LOG_TIME.search(fh.read(4096))
@@ -96,7 +96,7 @@ def log_times(run_dir: Path, job_id: str,
 def finished_record(task_dir: Path, job_id: str) -> dict[str, Any] | None:
     """A task's result.json when it records that `job_id` completed (with its wall time), else None."""
     try:  # (no exists() first: one system call fewer per task, 10,000 of them in a large sweep)
-        with open(task_dir / RESULT_FILE, "rb") as fh:
+        with open(os.path.join(task_dir, RESULT_FILE), "rb") as fh:
             result = json.loads(fh.read())
     except (OSError, ValueError):
         return None
