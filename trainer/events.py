@@ -37,11 +37,13 @@ def append(run_dir: Path | str, event: str, **fields: Any) -> dict[str, Any]:
 
 def read(run_dir: Path | str) -> list[dict[str, Any]]:
     """All events in order; a torn or foreign line is skipped, not fatal."""
-    path = Path(run_dir) / EVENTS_FILE
-    if not path.exists():
+    try:  # (no exists() first: `status` reads the events of every task of a sweep, 10,000 of them)
+        with open(os.path.join(run_dir, EVENTS_FILE), encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
+    except (FileNotFoundError, NotADirectoryError):  # what exists() said no to
         return []
     out = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+    for line in text.splitlines():
         try:
             record = json.loads(line)
         except ValueError:

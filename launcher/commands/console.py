@@ -55,3 +55,8 @@ def relative(path: Path) -> str:
         return str(path.relative_to(Path.cwd()))
     except ValueError:
         return str(path)
+
+
+def overrides_text(overrides: dict[str, Any]) -> str:
+    """A sweep task's overrides as one would write them: `lr=0.1 optimizer=sgd`."""
+    return " ".join(f"{k}={v}" for k, v in overrides.items())

@@ -23,8 +23,7 @@ from typing import Any
 from launcher.cluster import local
 from launcher.cluster.slurm.accounting import scancel, scancel_ids
 from launcher.cluster.slurm.env import slurm_env
-from launcher.commands.console import EXIT_FAILED, EXIT_OK, ArgumentParser, relative
-from launcher.commands.waiting import overrides_text
+from launcher.commands.console import EXIT_FAILED, EXIT_OK, ArgumentParser, overrides_text, relative
 from launcher.config.resolve import runs_dir
 from launcher.rundir import layout, record, results
 from launcher.rundir.record import RunInfo, find_run, load_run, run_folders

@@ -21,7 +21,7 @@ from typing import Any
 from launcher.cluster import local
 from launcher.cluster.slurm import accounting, srun
 from launcher.commands import relay as relay_settings
-from launcher.commands.console import EXIT_FAILED, EXIT_OK, emit, relative
+from launcher.commands.console import EXIT_FAILED, EXIT_OK, emit, overrides_text, relative
 from launcher.commands.relay import for_local_run as relay_logs
 from launcher.request.submission import Submission
 from launcher.rundir import layout, plots, record, restarts, results
@@ -177,10 +177,6 @@ def wait(job: Any, poll_s: float = 1.0, force_every_s: float = 5.0, grace_s: flo
     result = dict(returned[0])
     result["nodes"] = [r.get("node", "") for r in returned]
     return Outcome(result)
-
-
-def overrides_text(overrides: dict[str, Any]) -> str:
-    return " ".join(f"{k}={v}" for k, v in overrides.items())
 
 
 # Not metrics: where and how each rank ran, shown by --json only.

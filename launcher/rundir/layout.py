@@ -124,11 +124,34 @@ def job_log_dir(run_dir: Path, job_id: str) -> Path:
     return log_dir(run_dir) / job_id
 
 
+def log_name(job_id: str, rank: int, stream: str = "out") -> str:
+    return f"{job_id}_{rank}_log.{stream}"
+
+
 def log_path(run_dir: Path, job_id: str, rank: int, stream: str = "out") -> Path:
-    return job_log_dir(run_dir, job_id) / f"{job_id}_{rank}_log.{stream}"
+    return job_log_dir(run_dir, job_id) / log_name(job_id, rank, stream)
+
+
+def job_files(run_dir: Path, job_id: str) -> dict[str, os.DirEntry[str]]:
+    """The entries of a job's log folder by name, from one listing ({} if there is none). `status`
+    of a large sweep reads thousands of these folders: one listing each serves both the result
+    pickles and the log times (a glob per job also compiled a new pattern each time)."""
+    try:
+        with os.scandir(job_log_dir(run_dir, job_id)) as entries:
+            return {entry.name: entry for entry in entries}
+    except OSError:  # missing, or not a folder
+        return {}
+
+
+def result_pickle_names(job_id: str, files: dict[str, os.DirEntry[str]]) -> list[str]:
+    """The names of the result pickles in a job folder's listing: `<job id>_<rank>_result.pkl`, each
+    rank's success or traceback."""
+    prefix, suffix = f"{job_id}_", "_result.pkl"
+    return [name for name in files
+            if name.startswith(prefix) and name.endswith(suffix) and len(name) >= len(prefix) + len(suffix)]
 
 
 def result_pickles(run_dir: Path, job_id: str) -> list[Path]:
     """Each rank's result pickle submitit left for `job_id` (success or the rank's traceback)."""
     folder = job_log_dir(run_dir, job_id)
-    return list(folder.glob(f"{job_id}_*_result.pkl")) if folder.is_dir() else []
+    return [folder / name for name in result_pickle_names(job_id, job_files(run_dir, job_id))]

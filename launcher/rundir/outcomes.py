@@ -13,7 +13,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from launcher.rundir.layout import result_pickles
+from launcher.rundir.layout import job_files, job_log_dir, result_pickle_names
 from launcher.cluster.said import last_line
 from trainer.schema import ConfigError
 
@@ -46,16 +46,19 @@ def root_cause_first(failures: list[Failure], first_dead: int | None = None) -> 
     return sorted(failures, key=key)
 
 
-def read_outcomes(run_dir: Path, job_id: str) -> dict[int, tuple[str, Any]]:
-    """Each rank's ("success", result) or ("error", traceback) from submitit's result pickles."""
+def read_outcomes(run_dir: Path, job_id: str,
+                  files: dict[str, os.DirEntry[str]] | None = None) -> dict[int, tuple[str, Any]]:
+    """Each rank's ("success", result) or ("error", traceback) from submitit's result pickles
+    (`files`: the job folder's listing, layout.job_files, if the caller has it)."""
     out: dict[int, tuple[str, Any]] = {}
-    pickles = result_pickles(run_dir, job_id)
-    if pickles:
-        check_private(run_dir, pickles[0].parent)
-    for path in pickles:
-        rank = path.name[len(job_id) + 1:].split("_", 1)[0]
+    files = job_files(run_dir, job_id) if files is None else files
+    names = result_pickle_names(job_id, files)
+    if names:
+        check_private(run_dir, job_log_dir(run_dir, job_id))
+    for name in names:
+        rank = name[len(job_id) + 1:].split("_", 1)[0]
         try:
-            with open(path, "rb") as fh:
+            with open(files[name].path, "rb") as fh:
                 kind, value = pickle.load(fh)
         except Exception:  # noqa: BLE001, S112 - a half-written or foreign pickle tells us nothing
             continue
@@ -70,13 +73,15 @@ def check_private(run_dir: Path, folder: Path) -> None:
     Run folders are made 0700 (the submitter and every task use umask 077), so this only fires
     for a folder whose mode was changed, or one made by another user."""
     me = os.geteuid()
-    chain = [run_dir]
+    # As text, not Paths: a large sweep checks thousands of job folders, and pathlib's joins cost
+    # more than the stat calls themselves.
+    chain = [os.fspath(run_dir)]
     for part in folder.relative_to(run_dir).parts:
-        chain.append(chain[-1] / part)
+        chain.append(os.path.join(chain[-1], part))
     for path in chain:
         if path in _CHECKED:
             continue
-        info = path.stat()
+        info = os.stat(path)
         if info.st_uid not in (me, 0) or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
             raise ConfigError(f"{path}: writable by others (mode {stat.filemode(info.st_mode)}, owner uid "
                               f"{info.st_uid}); refusing to load the result pickles under it, since anyone who "
@@ -85,7 +90,7 @@ def check_private(run_dir: Path, folder: Path) -> None:
         _CHECKED.add(path)
 
 
-_CHECKED: set[Path] = set()
+_CHECKED: set[str] = set()
 
 
 def failure_of(outcomes: dict[int, tuple[str, Any]]) -> tuple[int, str] | None:

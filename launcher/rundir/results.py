@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -54,8 +55,10 @@ def _recorded_result(ts: TaskState) -> dict[str, Any] | None:
 
 def sort_rows(rows: list[dict[str, Any]], metric: str, mode: str) -> list[dict[str, Any]]:
     """Completed tasks best first by `metric`; the others after them, in task order."""
-    scored = [r for r in rows if r["state"] == "completed" and isinstance(r.get(metric), (int, float))]
-    rest = [r for r in rows if r not in scored]
+    scored: list[dict[str, Any]] = []
+    rest: list[dict[str, Any]] = []
+    for r in rows:  # one pass: `r not in scored` compared every pair of rows (1.2 s at 10,000 tasks)
+        (scored if r["state"] == "completed" and isinstance(r.get(metric), (int, float)) else rest).append(r)
     scored.sort(key=lambda r: (-r[metric] if mode == "max" else r[metric], r["task"]))
     return scored + sorted(rest, key=lambda r: r["task"])
 
@@ -125,7 +128,7 @@ def _write_task_results(info: RunInfo, states: list[TaskState], max_curves: int 
             # With the wall time, so that later calls take the task as finished (states.finished_record).
             write_result(ts.task_dir, ts.result, job_id=ts.job_id, restarts=ts.restarts, task=ts.task,
                          overrides=ts.overrides, wall_time_s=ts.wall_time_s)
-        if ts.recorded and (ts.task_dir / CURVES_FILE).exists():
+        if ts.recorded and os.path.exists(os.path.join(ts.task_dir, CURVES_FILE)):
             continue  # a finished task's metrics no longer change: its picture stays fresh
         if not ts.task_dir.is_dir() or plots.is_fresh(ts.task_dir / CURVES_FILE, ts.task_dir / METRICS_FILE):
             continue
