@@ -56,7 +56,7 @@ def build(cls: type[T], data: Mapping[str, Any], source: str, prefix: str = "") 
     """Create `cls` from `data`, checking keys and types; `source` names the file(s) for errors."""
     if not isinstance(data, Mapping):
         raise ConfigError(f"{source}: expected a mapping of keys to values, got {type(data).__name__}")
-    hints = _type_hints(cls)
+    hints = type_hints(cls)
     valid = field_names(cls)
     kwargs = {}
     for key, value in data.items():
@@ -79,8 +79,9 @@ def build(cls: type[T], data: Mapping[str, Any], source: str, prefix: str = "") 
 
 
 @functools.cache
-def _type_hints(cls: type) -> dict[str, Any]:
-    # Resolving string annotations compiles each one: a 1,000-point sweep would pay it 1,000 times.
+def type_hints(cls: type) -> dict[str, Any]:
+    # Resolving string annotations compiles each one: a 1,000-point sweep would pay it 1,000 times,
+    # and `--set` parsing asks for the same classes' hints (launcher.config.resolve).
     return typing.get_type_hints(cls)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -10,7 +9,8 @@ from typing import Any
 from launcher.config.profile import Profile, find_profile_file, paths_relative_to, renamed_keys
 from trainer import filepaths, yamlio
 from trainer.config import JOB_PATH_KEYS, JobConfig, find_job_file, prepare_job_file
-from trainer.schema import ConfigError, build, deep_merge, field_names, load_with_extends, unknown_key_error
+from trainer.schema import (ConfigError, build, deep_merge, field_names, load_with_extends, type_hints,
+                            unknown_key_error)
 
 SCOPES = ("job", "profile")
 
@@ -28,16 +28,14 @@ class Resolved:
 
 
 def _string_fields(cls: type) -> set[str]:
-    hints = typing.get_type_hints(cls)
-    return {name for name, tp in hints.items() if tp is str}
+    return {name for name, tp in type_hints(cls).items() if tp is str}
 
 
 def parse_overrides(items: list[str]) -> dict[str, dict[str, Any]]:
     """`--set job.epochs=3` -> {"job": {"epochs": 3}}; values are read as a job or profile file would
     read them (YAML 1.2 scalars: `1e-3` is a number, `1:30:00` a string), except for string fields,
     which take the text as written (`--set job.name=123` names the job "123")."""
-    strings = {"job": _string_fields(JobConfig), "profile": _string_fields(Profile)}
-
+    strings = {"job": _string_fields(JobConfig), "profile": _string_fields(Profile)} if items else {}
     out: dict[str, dict[str, Any]] = {"job": {}, "profile": {}}
     for item in items:
         key, sep, raw = item.partition("=")
