@@ -37,11 +37,12 @@ def test_dry_run_of_a_1000_task_sweep_does_not_import_torch(tmp_path: Path) -> N
     assert not (tmp_path / "runs").exists()  # a dry run creates nothing
 
 
-def test_dry_run_of_a_new_run_loads_neither_the_sending_nor_the_waiting_code(tmp_path: Path) -> None:
+def test_local_dry_run_loads_neither_the_sending_nor_the_waiting_nor_the_slurm_code(tmp_path: Path) -> None:
     # The preview users wait for most plans and shows; submitit, sbatch and the waiting loop are for sending.
     rc, modules, output = _imported_modules(["--dry-run"], tmp_path)
     assert rc == 0 and "Dry run: nothing was submitted." in output, output[-3000:]
-    assert not modules & {"submitit", "launcher.request.send", "launcher.commands.waiting", "launcher.commands.submit"}
+    assert not modules & {"submitit", "launcher.request.send", "launcher.commands.waiting", "launcher.commands.submit",
+                          "launcher.cluster.slurm.limits"}  # (a local profile: no SLURM preflight either)
 
 
 def test_a_reader_that_goes_away_gets_no_traceback(tmp_path: Path) -> None:

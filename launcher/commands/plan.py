@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from launcher.cluster import jobids
-from launcher.cluster.slurm import limits
+from launcher.cluster import preflights
 from launcher.commands.console import EXIT_OK, emit
 from launcher.config import checks
 from launcher.config.profile import Profile
@@ -88,10 +88,11 @@ def array_chunk(plan: Plan, dry_run: bool) -> int | None:
     """The live SLURM preflight; the array size per sbatch (None: one sbatch, or not SLURM).
     --dry-run still shows the script where the cluster cannot be asked (a laptop)."""
     sub = plan.sub
-    if sub.executor != "slurm":
+    check = preflights.preflight(sub.executor)
+    if check is None:
         return None
-    return limits.check(sub.slurm_request, sub.profile.max_array_size, plan.source, required=not dry_run,
-                        tasks=len(sub.tasks))
+    return check(sub.slurm_request, sub.profile.max_array_size, plan.source, required=not dry_run,
+                 tasks=len(sub.tasks))
 
 
 def preview(args: argparse.Namespace, argv: list[str]) -> int:

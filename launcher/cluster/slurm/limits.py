@@ -9,6 +9,7 @@ front as a ConfigError naming the profile key, so the user gets exit status 2 an
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -236,6 +237,19 @@ def check_request(profile: SlurmRequest, partitions: dict[str, Partition], sourc
     return part
 
 
+def check_setup_lines(request: SlurmRequest) -> None:
+    """The profile's setup lines, which the batch script runs as written, must parse: `bash -n`
+    (parse, run nothing) on each; skipped where the submitting machine has no bash (the nodes'
+    shell still reports it)."""
+    bash = shutil.which("bash")
+    for i, line in enumerate(request.setup if bash is not None else []):
+        proc = subprocess.run([bash, "-n", "-c", line], capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            said = re.sub(r"^.*?-c: ", "", (proc.stderr.strip().splitlines() or ["syntax error"])[-1])
+            raise ConfigError(f"profile.setup[{i}]: {line!r} is not a valid bash line ({said}); setup lines run "
+                              f"as written in the batch script")
+
+
 def check(request: SlurmRequest, max_array_size: int | None, source: str, required: bool = True,
           tasks: int = 1) -> int | None:
     """Raise ConfigError for requests the cluster can never satisfy; return the array chunk size
@@ -244,6 +258,7 @@ def check(request: SlurmRequest, max_array_size: int | None, source: str, requir
 
     With `required=False` (--dry-run) a cluster that cannot be asked is noted on stderr and skipped,
     so the script can still be shown on a machine without SLURM; violations are still errors."""
+    check_setup_lines(request)  # needs no cluster
     env = slurm_env(request.slurm_conf)
     try:
         partitions_text = run_scontrol(["show", "partition", "-o"], env, source)

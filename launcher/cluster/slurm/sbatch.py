@@ -2,8 +2,8 @@
 names: pure data, no SLURM call. `launcher.request` builds the request from a profile.
 
 The profile's `setup` lines are shell lines written by the profile's author and run as written
-(`eval "$(conda shell.bash hook)"` works); they are only checked with `bash -n` so that a typo is an
-error at submission, not in the job's log. Every other value that comes from a profile, a job or
+(`eval "$(conda shell.bash hook)"` works); they are only checked with `bash -n` (by the preflight, `limits.check`) so that a
+typo is an error at submission, not in the job's log. Every other value that comes from a profile, a job or
 `--set` (job names, env values, the interpreter, the container and its binds) is quoted before it
 reaches the batch script, and values written into `#SBATCH --key=value` lines must stay on their
 line. Errors name the profile key the value came from.
@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import re
 import shlex
-import shutil
-import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,19 +51,6 @@ class SlurmRequest:
     container_binds: list[str] = field(default_factory=list)  # SRC[:DST[:ro]], the run folder and code included
 
 
-def check_setup_line(line: str, key: str = "setup") -> str:
-    """A setup line as written, once `bash -n` (parse, run nothing) accepts it; skipped where the
-    submitting machine has no bash (the nodes' shell still reports it)."""
-    bash = shutil.which("bash")
-    if bash is not None:
-        proc = subprocess.run([bash, "-n", "-c", line], capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            said = re.sub(r"^.*?-c: ", "", (proc.stderr.strip().splitlines() or ["syntax error"])[-1])
-            raise ConfigError(f"profile.{key}: {line!r} is not a valid bash line ({said}); setup lines run "
-                              f"as written in the batch script")
-    return line
-
-
 def setup_lines(req: SlurmRequest) -> list[str]:
     """The batch script's setup: exports first (setup commands may read them), then the profile's
     setup lines as written. Exported values are quoted: nothing from env is interpreted by the shell."""
@@ -74,7 +59,7 @@ def setup_lines(req: SlurmRequest) -> list[str]:
     env = {**({"SLURM_CONF": req.slurm_conf} if req.slurm_conf else {}), "SUBMITIT_PREEMPT_SIGNAL": req.signal,
            "OMP_NUM_THREADS": str(req.cpus_per_task), **req.env}
     lines = [f"export {key}={shlex.quote(value)}" for key, value in env.items()]
-    lines += [check_setup_line(line, f"setup[{i}]") for i, line in enumerate(req.setup)]
+    lines += req.setup  # as written, once the preflight's `bash -n` accepted them (limits.check_setup_lines)
     return lines
 
 
