@@ -10,7 +10,7 @@ which sends through the same `array_chunk` check and shows a `--resume --dry-run
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from launcher.config.sweep import expand
 from launcher.request import executor
 from launcher.request.submission import Point, Submission, build, moved
 from launcher.rundir import layout, record
+from trainer.config import JobConfig
 from trainer.schema import ConfigError
 
 
@@ -46,8 +47,12 @@ class Plan:
                 break
             except FileExistsError:  # another submitter made this name since we chose it
                 self.sub = moved(self.sub, layout.next_free(self.sub.run_dir))
-        record.write_tasks(self.sub.run_dir, [{"task": t.task, "overrides": t.overrides, "job": asdict(t.job),
-                                               "run_dir": t.settings.run_dir} for t in self.sub.tasks])
+        # The job's fields as they are (asdict's deep copy of each of 1,000 jobs cost 40 ms; a JSON
+        # dump changes nothing it is given).
+        names = [f.name for f in fields(JobConfig)]
+        record.write_tasks(self.sub.run_dir, [{"task": t.task, "overrides": t.overrides, "run_dir": t.settings.run_dir,
+                                               "job": {name: getattr(t.job, name) for name in names}}
+                                              for t in self.sub.tasks])
 
     def record(self, job_ids: list[str]) -> None:
         """After each sbatch (a split array calls it once per array): what is queued so far."""
