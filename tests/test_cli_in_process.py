@@ -8,6 +8,7 @@ reach each function of launcher/config and launcher/request and can run them for
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,9 @@ def test_bad_input_is_one_clear_line_and_exit_2(tmp_path: Path, capsys: pytest.C
     paths["missing"] = str(tmp_path / "missing" / "cifar")
     for name, path in paths.items():
         args = [a.replace("{" + name + "}", path) for a in args]
-    code, out, err = call(args, capsys)
+    # --dry-run: a mutant that lets bad input through must not start a real local run (2 ranks training
+    # in the background of a mutation run); test_bad_inputs proves nothing is queued without it.
+    code, out, err = call([*args, "--dry-run"], capsys)
     assert code == 2, out + err
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: "), err
@@ -210,3 +213,74 @@ def test_gpus_on_an_in_machine_executor_without_a_driver_are_refused(capsys: pyt
     else:
         assert code == 2, err
         assert f"has no NVIDIA GPU (no driver found), so the {profile} executor allows only 0" in err
+
+
+def test_the_dry_run_shows_the_run_folder_and_what_each_executor_is_given(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    # A terminal: the progress bar is drawn on in-machine executors, never in a SLURM log.
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    shown = dry_run(["--set", "profile.checkpoint_every_steps=7", "--set", "profile.collective_timeout_s=90",
+                     "--set", "profile.signal=USR1", "--set", "profile.data_dir=elsewhere"], capsys)
+    run_dir = Path(shown["run_dir"])
+    assert run_dir.parent == tmp_path / "runs" and shown["log_dir"] == str(run_dir / "logs")
+    assert shown["settings"] == {"run_dir": str(run_dir), "data_dir": str(tmp_path / "elsewhere"), "use_gpus": False,
+                                 "threads": 1, "checkpoint_every_steps": 7, "init_timeout_s": 180,
+                                 "collective_timeout_s": 90, "stop_signal": "USR1", "progress_bar": True}
+    assert shown["executor_parameters"] == {"timeout_min": 60, "tasks_per_node": 2, "nodes": 1, "gpus_per_node": 0,
+                                            "signal_delay_s": 120}
+    assert shown["sweep_overrides"] is None
+    # The job's data_dir wins over the profile's.
+    assert dry_run(["--set", "job.data_dir=mine"], capsys)["settings"]["data_dir"] == str(tmp_path / "mine")
+    shown = dry_run(["--profile", "debug"], capsys)
+    assert shown["executor_parameters"] == {"timeout_min": 60} and shown["settings"]["progress_bar"] is True
+    shown = dry_run(["--profile", "slurm-cpu", "--set", "profile.signal=USR1"], capsys)
+    assert shown["settings"]["progress_bar"] is False and shown["settings"]["stop_signal"] == "USR1"
+    assert "#SBATCH --signal=USR1@60" in script_lines(shown)
+
+
+def test_each_sweep_task_trains_in_its_own_folder(capsys: pytest.CaptureFixture[str]) -> None:
+    shown = dry_run(["--profile", "slurm-cpu", "--job", "digits-lr-sweep"], capsys)
+    run_dir = Path(shown["run_dir"])
+    assert shown["task_dirs"] == [str(run_dir / f"task-{i:04d}") for i in range(9)]
+    assert shown["settings"]["run_dir"] == str(run_dir / "task-0000")
+
+
+@pytest.mark.parametrize("runtime", ["apptainer", "pyxis"])
+def test_a_container_sees_its_binds_the_code_and_the_run_folder(capsys: pytest.CaptureFixture[str],
+                                                               runtime: str) -> None:
+    from launcher.request.submission import CODE_ROOT
+    shown = dry_run(["--profile", "slurm-cpu", "--set", "profile.container=/img.sif", "--set",
+                     f"profile.container_runtime={runtime}", "--set", "profile.container_binds=[/scratch]",
+                     "--set", "profile.python=/opt/py"], capsys)
+    run_dir = shown["run_dir"]
+    (srun,) = [line for line in script_lines(shown) if line.startswith("srun ")]
+    if runtime == "apptainer":
+        assert (f"apptainer exec --bind /scratch --bind {CODE_ROOT} --bind {run_dir} /img.sif /opt/py -u -m "
+                "submitit.core._submit") in srun
+    else:
+        assert (f"--container-image=/img.sif --container-mounts=/scratch:/scratch,{CODE_ROOT}:{CODE_ROOT},"
+                f"{run_dir}:{run_dir} /opt/py -u -m submitit.core._submit") in srun
+    # Without a container, srun starts the profile's interpreter itself.
+    (srun,) = [line for line in script_lines(dry_run(["--profile", "slurm-cpu", "--set", "profile.python=/opt/py"],
+                                                     capsys)) if line.startswith("srun ")]
+    assert " /opt/py -u -m submitit.core._submit" in srun and "--bind" not in srun
+
+
+def test_after_makes_the_job_depend_on_every_job_of_that_run(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    write(tmp_path / "before" / "run.json", json.dumps({"job_ids": ["41", "42"]}))
+    shown = dry_run(["--profile", "slurm-cpu", "--after", str(tmp_path / "before")], capsys)
+    assert shown["executor_parameters"]["dependency"] == "afterok:41:42"
+    assert "#SBATCH --dependency=afterok:41:42" in script_lines(shown)
+
+
+def test_a_submission_moved_to_a_free_folder_name_trains_there(tmp_path: Path) -> None:
+    # What a submitter does when a concurrent one took the run folder's name first.
+    from launcher.config.resolve import resolve
+    from launcher.request.submission import Point, build, moved
+    job = resolve("local", "digits", []).job
+    profile = resolve("local", "digits", []).profile
+    sub = moved(build(profile, [Point(0, job), Point(1, job)], tmp_path / "taken", True), tmp_path / "free")
+    assert (sub.run_dir, sub.log_dir) == (tmp_path / "free", tmp_path / "free" / "logs")
+    assert [t.settings.run_dir for t in sub.tasks] == [str(tmp_path / "free" / f"task-000{i}") for i in (0, 1)]
+    assert [t.job for t in sub.tasks] == [job, job]
