@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from launcher.commands.main import main
-from tests.test_bad_inputs import CASES, write
+from tests.test_bad_inputs import ALL_CASES, write
 
 
 def call(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -34,7 +34,7 @@ def no_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
 
 
-@pytest.mark.parametrize("files,args,expected", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("files,args,expected", ALL_CASES)
 def test_bad_input_is_one_clear_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                 files: dict[str, str], args: list[str], expected: list[str]) -> None:
     paths = {name: write(tmp_path / name, text) for name, text in files.items()}
@@ -44,7 +44,7 @@ def test_bad_input_is_one_clear_line_and_exit_2(tmp_path: Path, capsys: pytest.C
         args = [a.replace("{" + name + "}", path) for a in args]
     # --dry-run: a mutant that lets bad input through must not start a real local run (2 ranks training
     # in the background of a mutation run); test_bad_inputs proves nothing is queued without it.
-    code, out, err = call([*args, "--dry-run"], capsys)
+    code, out, err = call(args if args[0] in ("status", "logs", "cancel") else [*args, "--dry-run"], capsys)
     assert code == 2, out + err
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: "), err
@@ -284,3 +284,53 @@ def test_a_submission_moved_to_a_free_folder_name_trains_there(tmp_path: Path) -
     assert (sub.run_dir, sub.log_dir) == (tmp_path / "free", tmp_path / "free" / "logs")
     assert [t.settings.run_dir for t in sub.tasks] == [str(tmp_path / "free" / f"task-000{i}") for i in (0, 1)]
     assert [t.job for t in sub.tasks] == [job, job]
+
+
+SET_ERRORS = [
+    (["--set", "job.=3"], "--set job.=3: expected KEY=VALUE with KEY as job.FIELD or profile.FIELD (for example --set "
+                          "job.epochs=3)"),
+    (["--set", "job.lr.=1"], "--set job.lr.=1: 'job.lr.' has an empty part; write KEY as job.FIELD or "
+                             "profile.FIELD[.NAME]"),
+    (["--set", "job.extra.a=x", "--set", "job.extra.a.b.c=1"], "--set job.extra.a.b.c=1: 'extra.a' was already set "
+     "to the value 'x' by another --set, so it cannot also hold 'b'; give one or the other"),
+    (["--set", "profile.env.A=1", "--set", "profile.env.B=2", "--set", "profile.env=x"], "--set profile.env=x: 'env' "
+     "already holds keys set by other --set options (A, B); give one or the other"),
+    (["--set", "job.epochz=3"], "--set: unknown key 'job.epochz' (did you mean 'epochs'?); valid keys: amp_bf16,"),
+    (["--set", "job.lr=[1]"], "--set job.lr=[1]: value must be a single scalar, got list"),
+    (["--set", "profile.time_min=5", "--set", "profile.time=6"], "--set: both 'profile.time_min' and 'profile.time' "
+     "are set; 'time_min' is the former name of 'time': keep only 'time'"),
+    # The error names the file and every --set that shaped the value.
+    (["--set", "profile.tasks_per_node=0", "--set", "profile.cpus_per_task=1"], "cluster_profiles/local.yaml with "
+     "--set profile.tasks_per_node profile.cpus_per_task: key 'tasks_per_node' has invalid value 0; expected an "
+     "integer > 0"),
+    (["--set", "job.epochs=0", "--set", "job.lr=0.1"], "jobs/digits.yaml with --set job.epochs job.lr: key 'epochs' "
+     "has invalid value 0; expected an integer > 0"),
+    (["--set", "job.epochs=0"], "jobs/digits.yaml with --set job.epochs: key 'epochs' has invalid value 0"),
+    (["--set", "profile.time_min=0"], "cluster_profiles/local.yaml with --set profile.time: key 'time' has invalid "
+     "value 0;"),
+]
+
+
+@pytest.mark.parametrize("argv,message", SET_ERRORS, ids=[m.split(":")[0] + str(i) for i, (_, m) in
+                                                          enumerate(SET_ERRORS)])
+def test_a_bad_set_is_refused_in_words_that_name_it(capsys: pytest.CaptureFixture[str], argv: list[str],
+                                                    message: str) -> None:
+    code, out, err = call([*argv, "--dry-run"], capsys)
+    assert code == 2, out + err
+    (line,) = err.strip().splitlines()
+    assert line.startswith("error: ") and message in line, line
+
+
+def test_set_values_are_read_as_files_read_them(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Lists and mappings where a key holds them; '=' inside a value is part of the value.
+    shown = dry_run(["--profile", "slurm-cpu", "--set", 'profile.setup=["echo hi"]', "--set", "profile.env={A: 1}",
+                     "--set", "profile.sbatch_extra={comment: x}", "--set", "job.extra={k: 1}", "--set",
+                     "job.args=[a, b]", "--set", "job.extra.eq=a=b"], capsys)
+    assert shown["profile"]["setup"] == ["echo hi"] and shown["profile"]["env"] == {"A": "1"}
+    assert shown["profile"]["sbatch_extra"] == {"comment": "x"} and shown["job"]["args"] == ["a", "b"]
+    assert shown["job"]["extra"] == {"k": "1", "eq": "a=b"}
+    # A profile in another folder extends its neighbour by a path relative to itself.
+    write(tmp_path / "profiles" / "b.yaml", "extends: local\ncpus_per_task: 2\n")
+    profile = write(tmp_path / "profiles" / "a.yaml", "extends: b.yaml\ntasks_per_node: 1\n")
+    shown = dry_run(["--profile", profile], capsys)
+    assert (shown["profile"]["cpus_per_task"], shown["profile"]["tasks_per_node"]) == (2, 1)
