@@ -34,6 +34,7 @@ def main() -> int:
     parser.add_argument("--max-children", type=int, default=os.cpu_count() or 1,
                         help="mutants tested at once (default: the CPU count)")
     parser.add_argument("--fresh", action="store_true", help="delete mutants/ first (no results kept)")
+    parser.add_argument("--report", action="store_true", help="run nothing: print the recorded results")
     parser.add_argument("--survivors", action="store_true",
                         help="test again only the patterns' survivors, untested mutants and timeouts")
     args = parser.parse_args()
@@ -59,7 +60,7 @@ def main() -> int:
         if not targets:
             print("no survivors to test again")
     start = time.monotonic()
-    if targets or not args.survivors:
+    if not args.report and (targets or not args.survivors):
         subprocess.run([mutmut, "run", "--max-children", str(args.max_children), *targets], cwd=ROOT, env=env,
                        check=False)
     elapsed = time.monotonic() - start

@@ -213,6 +213,9 @@ def test_gpus_on_an_in_machine_executor_without_a_driver_are_refused(capsys: pyt
     else:
         assert code == 2, err
         assert f"has no NVIDIA GPU (no driver found), so the {profile} executor allows only 0" in err
+        # The error names the profile file and the --set options that shaped it.
+        assert err.startswith("error: ") and (f"cluster_profiles/{profile}.yaml with --set profile.gpus_per_node "
+                                              "profile.tasks_per_node: key 'gpus_per_node' has invalid value 1") in err
 
 
 def test_the_dry_run_shows_the_run_folder_and_what_each_executor_is_given(
@@ -235,7 +238,10 @@ def test_the_dry_run_shows_the_run_folder_and_what_each_executor_is_given(
     assert shown["executor_parameters"] == {"timeout_min": 60} and shown["settings"]["progress_bar"] is True
     shown = dry_run(["--profile", "slurm-cpu", "--set", "profile.signal=USR1"], capsys)
     assert shown["settings"]["progress_bar"] is False and shown["settings"]["stop_signal"] == "USR1"
-    assert "#SBATCH --signal=USR1@60" in script_lines(shown)
+    assert {"#SBATCH --signal=USR1@60", "export SUBMITIT_PREEMPT_SIGNAL=USR1"} <= set(script_lines(shown))
+    # One GPU is a GPU run.
+    assert dry_run(["--profile", "slurm-gpu", "--set", "profile.gpus_per_node=1", "--set", "profile.tasks_per_node=1"],
+                   capsys)["settings"]["use_gpus"] is True
 
 
 def test_each_sweep_task_trains_in_its_own_folder(capsys: pytest.CaptureFixture[str]) -> None:
@@ -297,6 +303,8 @@ SET_ERRORS = [
      "already holds keys set by other --set options (A, B); give one or the other"),
     (["--set", "job.epochz=3"], "--set: unknown key 'job.epochz' (did you mean 'epochs'?); valid keys: amp_bf16,"),
     (["--set", "job.lr=[1]"], "--set job.lr=[1]: value must be a single scalar, got list"),
+    (["--set", "job.name.x=1", "--set", "job.name=n"], "--set job.name=n: 'name' already holds keys set by other "
+     "--set options (x); give one or the other"),
     (["--set", "profile.time_min=5", "--set", "profile.time=6"], "--set: both 'profile.time_min' and 'profile.time' "
      "are set; 'time_min' is the former name of 'time': keep only 'time'"),
     # The error names the file and every --set that shaped the value.
@@ -334,3 +342,35 @@ def test_set_values_are_read_as_files_read_them(tmp_path: Path, capsys: pytest.C
     profile = write(tmp_path / "profiles" / "a.yaml", "extends: b.yaml\ntasks_per_node: 1\n")
     shown = dry_run(["--profile", profile], capsys)
     assert (shown["profile"]["cpus_per_task"], shown["profile"]["tasks_per_node"]) == (2, 1)
+
+
+def test_a_job_file_names_the_job_and_finds_its_code_parent_and_data_beside_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    proj = tmp_path / "proj"
+    write(proj / "train.py", "print(1)\n")
+    write(proj / "mymod.py", "def main(cfg):\n    pass\n")
+    shown = dry_run(["--job", write(proj / "job.yaml", "script: train.py\n")], capsys)
+    assert (shown["job"]["name"], shown["job"]["code_dir"]) == ("job", str(proj))
+    assert dry_run(["--job", write(proj / "ep.yaml", "entrypoint: mymod:main\n")], capsys)["job"]["code_dir"] == str(proj)
+    write(proj / "b.yaml", "extends: digits\nepochs: 3\ndata_dir: d\n")
+    shown = dry_run(["--job", write(proj / "a.yaml", "extends: b.yaml\n")], capsys)
+    assert (shown["job"]["epochs"], shown["job"]["data_dir"], shown["job"]["code_dir"]) == (3, str(proj / "d"), "")
+    profile = write(proj / "p.yaml", "extends: local\ntime_min: 5\ntime: 6\n")
+    code, out, err = call(["--profile", profile, "--dry-run"], capsys)
+    assert code == 2 and err.strip() == (f"error: {profile}: both 'time_min' and 'time' are set; 'time_min' is the "
+                                         "former name of 'time': keep only 'time'"), out + err
+
+
+def test_the_submission_carries_the_interpreter_slurm_conf_and_dependencies(tmp_path: Path) -> None:
+    # The parts no dry run shows: what send() and the local executor use (launcher.request.submission).
+    from launcher.config.resolve import resolve, runs_dir
+    from launcher.request.submission import Point, build
+    local = resolve("local", "digits", ["profile.python=/opt/my py"])
+    assert build(local.profile, [Point(0, local.job)], tmp_path / "a", False).python == "'/opt/my py'"
+    plain = resolve("local", "digits", [])
+    assert build(plain.profile, [Point(0, plain.job)], tmp_path / "b", False).python is None
+    slurm = resolve("slurm-cpu", "digits", [f"profile.slurm_conf={tmp_path / 'slurm.conf'}"])
+    sub = build(slurm.profile, [Point(0, slurm.job)], tmp_path / "c", False, ["41"])
+    assert (sub.slurm_conf, sub.after_job_ids) == (str(tmp_path / "slurm.conf"), ["41"])
+    assert sub.slurm_request.after == ["41"] and sub.parameters["dependency"] == "afterok:41"
+    assert (runs_dir("local", str(tmp_path)), runs_dir("local")) == (tmp_path, Path("runs"))
