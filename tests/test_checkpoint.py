@@ -245,3 +245,17 @@ def test_the_stop_names_the_signal_that_arrived_and_the_test_interrupt_goes_thro
         assert raised.value.signal_name == "USR1"
     finally:
         signals.restore()
+
+
+def test_restoring_the_rng_state_replays_every_generator_and_reads_older_checkpoints() -> None:
+    import random
+
+    import numpy as np
+    cpu = torch.device("cpu")
+    state = checkpoint.capture_rng(cpu)
+    drawn = (torch.rand(3).tolist(), random.random(), float(np.random.rand()))
+    checkpoint.restore_rng(state, cpu)
+    assert (torch.rand(3).tolist(), random.random(), float(np.random.rand())) == drawn
+    # A checkpoint without the Python and NumPy generators (written before they were kept) still loads.
+    checkpoint.restore_rng({"torch": state["torch"], "cuda": None}, cpu)
+    assert torch.rand(3).tolist() == drawn[0]
