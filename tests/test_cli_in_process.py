@@ -374,3 +374,27 @@ def test_the_submission_carries_the_interpreter_slurm_conf_and_dependencies(tmp_
     assert (sub.slurm_conf, sub.after_job_ids) == (str(tmp_path / "slurm.conf"), ["41"])
     assert sub.slurm_request.after == ["41"] and sub.parameters["dependency"] == "afterok:41"
     assert (runs_dir("local", str(tmp_path)), runs_dir("local")) == (tmp_path, Path("runs"))
+
+
+TIMES = [(90, 90), (90.0, 90), ("90", 90), (" 90 ", 90), ("1:30", 2), ("0:59", 1), ("10:00", 10), ("1:30:00", 90),
+         ("0:0:1", 1), ("1-12", 2160), ("1-12:30", 2190), ("1-12:30:30", 2191), ("0-0:0:59", 1), ("1-0", 1440)]
+BAD_TIMES = [1.5, True, None, [1], "1:60:00", "1:00:60", "0:60", "1-24", "1-1:60", "x", "1:2:3:4", "-5", ""]
+MEMORY = [("64G", 65536), ("500M", 500), ("500", 500), (4000, 4000), (1.5, 2), ("1.5T", 1572864), ("1024K", 1),
+          ("1K", 1), ("2GB", 2048), ("64g", 65536), (".5G", 512), (" 2 G ", 2048), ("3MB", 3)]
+BAD_MEMORY = ["64X", True, None, [1], "", "-1G", "G", "1.G", "1e3M"]
+
+
+def test_slurm_time_limits_and_memory_read_as_slurm_reads_them() -> None:
+    from launcher.config import units
+    assert [units.time_minutes(v) for v, _ in TIMES] == [m for _, m in TIMES]
+    assert [units.memory_mb(v) for v, _ in MEMORY] == [m for _, m in MEMORY]
+    for bad, read, formats in [(BAD_TIMES, units.time_minutes, units.TIME_FORMATS),
+                               (BAD_MEMORY, units.memory_mb, units.MEMORY_FORMATS)]:
+        for value in bad:
+            with pytest.raises(ValueError) as raised:
+                read(value)  # type: ignore[arg-type]
+            assert str(raised.value).startswith(formats), value
+    with pytest.raises(ValueError, match="with hours < 24 after days and minutes, seconds < 60 after hours"):
+        units.time_minutes("1-24")
+    assert [units.format_minutes(m) for m in (0, 90, 1441, 2160)] == ["00:00:00", "01:30:00", "1-00:01:00",
+                                                                        "1-12:00:00"]
