@@ -351,7 +351,8 @@ def test_a_job_file_names_the_job_and_finds_its_code_parent_and_data_beside_it(
     write(proj / "mymod.py", "def main(cfg):\n    pass\n")
     shown = dry_run(["--job", write(proj / "job.yaml", "script: train.py\n")], capsys)
     assert (shown["job"]["name"], shown["job"]["code_dir"]) == ("job", str(proj))
-    assert dry_run(["--job", write(proj / "ep.yaml", "entrypoint: mymod:main\n")], capsys)["job"]["code_dir"] == str(proj)
+    shown = dry_run(["--job", write(proj / "ep.yaml", "entrypoint: mymod:main\n")], capsys)
+    assert shown["job"]["code_dir"] == str(proj)
     write(proj / "b.yaml", "extends: digits\nepochs: 3\ndata_dir: d\n")
     shown = dry_run(["--job", write(proj / "a.yaml", "extends: b.yaml\n")], capsys)
     assert (shown["job"]["epochs"], shown["job"]["data_dir"], shown["job"]["code_dir"]) == (3, str(proj / "d"), "")
@@ -398,3 +399,100 @@ def test_slurm_time_limits_and_memory_read_as_slurm_reads_them() -> None:
         units.time_minutes("1-24")
     assert [units.format_minutes(m) for m in (0, 90, 1441, 2160)] == ["00:00:00", "01:30:00", "1-00:01:00",
                                                                         "1-12:00:00"]
+
+
+# Each sbatch option the profile models, and the profile key the refusal points to (README: sbatch_extra).
+MODELLED = {
+    "nodes": "nodes", "ntasks": "nodes x tasks_per_node", "ntasks-per-node": "tasks_per_node",
+    "tasks-per-node": "tasks_per_node", "ntasks-per-core": "tasks_per_node", "ntasks-per-socket": "tasks_per_node",
+    "ntasks-per-gpu": "tasks_per_node", "cpus-per-task": "cpus_per_task", "cpus-per-gpu": "cpus_per_task",
+    "mincpus": "cpus_per_task", "gpus": "gpus_per_node", "gpus-per-node": "gpus_per_node",
+    "gpus-per-task": "gpus_per_node", "gpus-per-socket": "gpus_per_node", "gres": "gpus_per_node",
+    "mem": "mem_per_task_gb", "mem-per-cpu": "mem_per_task_gb", "mem-per-gpu": "mem_per_task_gb",
+    "time": "time_min", "time-min": "time_min", "partition": "partition", "account": "account", "qos": "qos",
+    "constraint": "constraint", "signal": "signal and signal_delay_s", "array": "the sweep (one array task per point)",
+    "output": "the run folder's logs (submitit's layout)", "error": "the run folder's logs (submitit's layout)",
+    "input": "the run folder's logs (submitit's layout)", "open-mode": "the run folder's logs (submitit's layout)",
+    "job-name": "job.name", "chdir": "the run folder's logs (submitit's layout)", "dependency": "--after",
+    "requeue": "max_timeout_requeues (runs are always requeueable)",
+    "no-requeue": "max_timeout_requeues (runs are always requeueable)", "wrap": "the job script",
+    "distribution": "tasks_per_node (one rank per task)", "export": "env", "get-user-env": "env",
+    # sbatch takes unique prefixes of long options: an abbreviation names every key it could mean.
+    "ntasks-per-s": "tasks_per_node", "gpus-per": "gpus_per_node", "ex": "env", "co": "constraint",
+}
+
+
+def test_every_sbatch_option_the_profile_models_is_refused_in_sbatch_extra(capsys: pytest.CaptureFixture[str]) -> None:
+    for option, key in MODELLED.items():
+        code, out, err = call(["--profile", "slurm-cpu", "--set", f"profile.sbatch_extra.{option}=1", "--dry-run"],
+                              capsys)
+        assert code == 2, option
+        assert err.strip().endswith(f"key 'sbatch_extra.{option}' has invalid value '1'; expected no value here: "
+                                    f"--{option} would change {key}, which the profile sets (the trainer expects "
+                                    f"the world size and paths the profile describes); set {key} instead"), err
+    for option in ("mail-type", "comment", "exclusive", "c"):  # no profile key behind these ("c": --comment, ...)
+        expected = 0 if option != "c" else 2
+        assert call(["--profile", "slurm-cpu", "--set", f"profile.sbatch_extra.{option}=1", "--dry-run"],
+                    capsys)[0] == expected, option
+
+
+PROFILE_ERRORS = [
+    ("profile.tasks_per_node=65536", "'tasks_per_node' has invalid value 65536; expected at most 65535 (a 16-bit "
+                                     "SLURM field)"),
+    ("profile.cpus_per_task=65536", "'cpus_per_task' has invalid value 65536; expected at most 65535 (a 16-bit"),
+    ("profile.signal_delay_s=65536", "'signal_delay_s' has invalid value 65536; expected at most 65535 (a 16-bit"),
+    ("profile.nodes=2147483648", "'nodes' has invalid value 2147483648; expected at most 2147483647 (a 32-bit "
+                                 "field)"),
+    ("profile.max_timeout_requeues=2147483648", "expected at most 2147483647 (a 32-bit field)"),
+    ("profile.checkpoint_every_steps=2147483648", "expected at most 2147483647 (a 32-bit field)"),
+    ("profile.array_parallelism=2147483648", "expected at most 2147483647 (a 32-bit field)"),
+    ("profile.max_array_size=2147483648", "expected at most 2147483647 (a 32-bit field)"),
+    ("profile.init_timeout_s=2147483648", "expected at most 2147483647 (a 32-bit field)"),
+    ("profile.collective_timeout_s=2147483648", "expected at most 2147483647 (a 32-bit field)"),
+    ("profile.time=2147483648", "'time' has invalid value 2147483648; expected at most 2147483647 minutes (a 32-bit"),
+    ("profile.mem_per_task=1073741824", "'mem_per_task' has invalid value 1073741824; expected at most 2147483647 "
+                                        "MB per node (a 32-bit field)"),
+    ("profile.partition=a/b", "'partition' has invalid value 'a/b'; expected a SLURM name (letters, digits, '_', "
+                              "'.', '-')"),
+    ("profile.account=a b", "'account' has invalid value 'a b'; expected a SLURM name"),
+    ("profile.qos=a;b", "'qos' has invalid value 'a;b'; expected a SLURM name"),
+    ("profile.max_array_size=0", "'max_array_size' has invalid value 0; expected an integer > 0 or null"),
+    ("profile.time=1:60", "'time' has invalid value '1:60'; expected a SLURM time limit > 0: minutes (90)"),
+    ("profile.mem_per_task=0", "'mem_per_task' has invalid value 0; expected memory > 0: a size with a unit"),
+    ("profile.mem_per_task_gb=x", "--set: key 'profile.mem_per_task_gb' has invalid value 'x'; expected a number of "
+                                  "GB (or write mem_per_task: 64G)"),
+    ("profile.container_binds=['a,b']", "'container_binds[0]' has invalid value"),
+    ("profile.container_binds=['']", "'container_binds[0]' has invalid value ''; expected SRC[:DST[:ro]] without "
+                                     "commas"),
+    ("profile.gpus_per_node=-1", "'gpus_per_node' has invalid value -1; expected an integer >= 0"),
+    ("profile.init_timeout_s=0", "'init_timeout_s' has invalid value 0; expected an integer > 0"),
+]
+
+
+@pytest.mark.parametrize("setting,message", PROFILE_ERRORS, ids=[s for s, _ in PROFILE_ERRORS])
+def test_profile_values_slurm_cannot_take_are_refused_with_the_limit(capsys: pytest.CaptureFixture[str],
+                                                                     setting: str, message: str) -> None:
+    long = ["--profile", "slurm-cpu", "--set", "profile.time=100000"]  # room for the longest signal delay
+    code, out, err = call([*long, "--set", setting, "--dry-run"], capsys)
+    assert code == 2 and err.startswith("error: ") and message in err, out + err
+    # The largest value each field takes is accepted.
+    key, _, value = setting.partition("=")
+    if value in ("65536", "2147483648"):
+        code, out, err = call([*long, "--set", f"{key}={int(value) - 1}", "--dry-run"], capsys)
+        assert code == 0, err
+
+
+def test_paths_in_a_profile_file_are_read_from_its_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "profiles"
+    profile = write(folder / "p.yaml", "extends: slurm-cpu\npython: venv/bin/python\ncontainer: img.sif\n"
+                                       "container_binds: ['data:/data:ro', /abs, '~/x']\n")
+    shown = dry_run(["--profile", profile], capsys)["profile"]
+    assert (shown["python"], shown["container"]) == (str(folder / "venv/bin/python"), str(folder / "img.sif"))
+    assert shown["container_binds"] == [f"{folder / 'data'}:/data:ro", "/abs", str(Path("~/x").expanduser())]
+    # A command name, a registry reference and a relative image path as written.
+    registry = "nvcr.io/nvidia/pytorch:24.01-py3"
+    for container, image in [("docker://repo/img", "docker://repo/img"), (registry, registry),
+                             ("./x", str(folder / "x")), ("../y.sqsh", str(tmp_path / "y.sqsh"))]:
+        write(folder / "q.yaml", f"extends: slurm-cpu\npython: python3\ncontainer: {container}\n")
+        shown = dry_run(["--profile", str(folder / "q.yaml")], capsys)["profile"]
+        assert (shown["python"], shown["container"]) == ("python3", image)
