@@ -496,3 +496,71 @@ def test_paths_in_a_profile_file_are_read_from_its_folder(tmp_path: Path, capsys
         write(folder / "q.yaml", f"extends: slurm-cpu\npython: python3\ncontainer: {container}\n")
         shown = dry_run(["--profile", str(folder / "q.yaml")], capsys)["profile"]
         assert (shown["python"], shown["container"]) == ("python3", image)
+
+
+IMAGES = {"model": "lenet", "dataset": "synthetic-cifar10"}
+JOB_LIMITS_OK = [
+    {"epochs": 2**31 - 1, "batch_size_per_rank": 1, "eval_every_epochs": 2**31 - 1, "log_every_steps": 1,
+     "keep_checkpoints": 2**31 - 1, "grad_accum_steps": 2**31 - 1, "seed": 2**32 - 1, "momentum": 0.0,
+     "weight_decay": 0.0, "warmup_fraction": 0.0, "label_smoothing": 0.0, "stop_at_accuracy": 1.0,
+     "checkpoint_every_steps": 2**31 - 1, "fail_at": "3:1", "interrupt_at": "12, 40"},
+    {**IMAGES, "synthetic_train_size": 1_000_000, "synthetic_test_size": 1_000_000, "seed": 0,
+     "stop_at_accuracy": 0.0, "checkpoint_every_steps": 0, "interrupt_at": 5, "target_metric": "train_loss"},
+    {"model": "resnet-small", "dataset": "cifar10", "target_metric": "images_per_second"},
+    {"entrypoint": "pkg.mod:main", "target_metric": "my_score"}, {"script": "train.py", "target_metric": "score"},
+]
+JOB_LIMITS_BAD = [
+    ({"epochs": 0}, "'epochs' has invalid value 0; expected an integer > 0"),
+    ({"synthetic_test_size": 0}, "'synthetic_test_size' has invalid value 0; expected an integer > 0"),
+    ({"keep_checkpoints": 2**31}, f"'keep_checkpoints' has invalid value {2**31}; expected an integer <= {2**31 - 1}"),
+    ({"grad_accum_steps": 2**31}, "'grad_accum_steps' has invalid value"),
+    ({"log_every_steps": 2**31}, "'log_every_steps' has invalid value"),
+    ({**IMAGES, "synthetic_train_size": 1_000_001}, "'synthetic_train_size' has invalid value 1000001; expected an "
+     "integer <= 1000000 (3 GB of 32x32 images)"),
+    ({**IMAGES, "synthetic_test_size": 1_000_001}, "'synthetic_test_size' has invalid value 1000001"),
+    ({"seed": -1}, f"'seed' has invalid value -1; expected an integer in [0, {2**32 - 1}]"),
+    ({"seed": 2**32}, "'seed' has invalid value 4294967296"),
+    ({"lr": 0.0}, "'lr' has invalid value 0.0; expected a number > 0"),
+    ({"momentum": 1.0}, "'momentum' has invalid value 1.0; expected a number in [0, 1)"),
+    ({"momentum": -0.1}, "'momentum' has invalid value -0.1"),
+    ({"weight_decay": -0.1}, "'weight_decay' has invalid value -0.1; expected a number >= 0"),
+    ({"warmup_fraction": 1.0}, "'warmup_fraction' has invalid value 1.0; expected a number in [0, 1)"),
+    ({"warmup_fraction": -0.1}, "'warmup_fraction' has invalid value -0.1"),
+    ({"label_smoothing": 1.0}, "'label_smoothing' has invalid value 1.0; expected a number in [0, 1)"),
+    ({"label_smoothing": -0.1}, "'label_smoothing' has invalid value -0.1"),
+    ({"stop_at_accuracy": 1.01}, "'stop_at_accuracy' has invalid value 1.01; expected a number in [0, 1]"),
+    ({"stop_at_accuracy": -0.1}, "'stop_at_accuracy' has invalid value -0.1"),
+    ({"checkpoint_every_steps": -1}, f"'checkpoint_every_steps' has invalid value -1; expected an integer in [0, "
+     f"{2**31 - 1}] or null"),
+    ({"checkpoint_every_steps": 2**31}, "'checkpoint_every_steps' has invalid value 2147483648"),
+    ({"target_metric": "acc"}, "'target_metric' has invalid value 'acc'; expected one of test_accuracy, test_loss, "
+     "train_loss, images_per_second (any metric name with an entrypoint)"),
+    ({"entrypoint": "m:f", "script": "t.py"}, "'script' has invalid value 't.py'; expected empty when 'entrypoint' is "
+     "set (a job runs one or the other)"),
+    ({"entrypoint": "a-b:c"}, "'entrypoint' has invalid value 'a-b:c'; expected 'package.module:function'"),
+    ({"entrypoint": "a.b"}, "'entrypoint' has invalid value 'a.b'"),
+    ({"entrypoint": "a:b-c"}, "'entrypoint' has invalid value 'a:b-c'"),
+    ({"fail_at": "3"}, "'fail_at' has invalid value '3'; expected '' or 'STEP:RANK' with two integers"),
+    ({"fail_at": "a:1"}, "'fail_at' has invalid value 'a:1'"),
+    ({"fail_at": "1:2:3"}, "'fail_at' has invalid value '1:2:3'"),
+    ({"interrupt_at": "0"}, "'interrupt_at' has invalid value '0'; expected '' or global steps > 0 separated by "
+     "commas, e.g. '12,40'"),
+    ({"interrupt_at": "1,,2"}, "'interrupt_at' has invalid value '1,,2'"),
+    ({"interrupt_at": "x"}, "'interrupt_at' has invalid value 'x'"),
+    ({"dataset": "cifar10"}, "'model' has invalid value 'mlp'; expected 'lenet' or 'resnet-small' for 32x32 images"),
+    ({"model": "lenet"}, "'model' has invalid value 'lenet'; expected 'mlp' for the 8x8 digits data"),
+]
+
+
+def test_job_values_at_their_limits_are_accepted_and_one_past_them_refused_by_name() -> None:
+    from trainer.config import interrupt_steps, job_from_mapping
+    from trainer.schema import ConfigError
+    for data in JOB_LIMITS_OK:
+        job = job_from_mapping(dict(data), "j.yaml")
+        assert all(getattr(job, k) == v for k, v in data.items()), data
+    for data, message in JOB_LIMITS_BAD:
+        with pytest.raises(ConfigError) as raised:
+            job_from_mapping(dict(data), "j.yaml")
+        assert str(raised.value).startswith(f"j.yaml: key {message}"), (data, str(raised.value))
+    assert [interrupt_steps(job_from_mapping({"interrupt_at": v}, "j")) for v in ("", 7, "12, 40")] == [
+        set(), {7}, {12, 40}]
