@@ -72,7 +72,9 @@ def main() -> int:
     # A mutant that no fast test reaches ("no tests") counts as a survivor: the suite does not prove
     # that code. A timeout is not counted as killed: on a loaded machine a slow test run is one too.
     tested = sum(n for state, n in counts.items() if state not in ("skipped", "not checked"))
-    killed = counts["killed"]
+    # "suspicious": the test run ended abnormally (e.g. a mutant left a stop signal unhandled, and its
+    # default action ended pytest): the tests noticed the change, so it counts as killed.
+    killed = counts["killed"] + counts["suspicious"]
     rate = killed / tested if tested else 0.0
     with_timeouts = (killed + counts["timeout"]) / tested if tested else 0.0
     print(f"\nmutants: {len(status)} ({', '.join(f'{state} {n}' for state, n in sorted(counts.items()))}); "

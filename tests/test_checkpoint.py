@@ -259,3 +259,26 @@ def test_restoring_the_rng_state_replays_every_generator_and_reads_older_checkpo
     # A checkpoint without the Python and NumPy generators (written before they were kept) still loads.
     checkpoint.restore_rng({"torch": state["torch"], "cuda": None}, cpu)
     assert torch.rand(3).tolist() == drawn[0]
+
+
+def test_handlers_give_back_the_ones_they_replaced_and_a_term_from_elsewhere_is_named_term(tmp_path: Path) -> None:
+    import signal
+
+    from trainer.stopping import REQUEUE, TERMINATE, StopSignals, signal_number
+    seen: list[int] = []
+    before = signal.signal(signal.SIGUSR2, lambda signum, frame: seen.append(signum))
+    try:
+        stops = StopSignals("USR2")
+        assert stops.install()
+        signal.raise_signal(signal.SIGUSR2)
+        assert (stops.kind, seen) == (REQUEUE, [])
+        # Another rank saw TERM: this rank, which saw USR2, reports the stop everyone agreed on.
+        with pytest.raises(StopRequested) as raised:
+            _protocol(tmp_path, stops).stop(TERMINATE, lambda: None, step=3)
+        assert (raised.value.signal_name, raised.value.kind) == ("TERM", TERMINATE)
+        stops.restore()
+        signal.raise_signal(signal.SIGUSR2)  # the handler that was there before runs again
+        assert seen == [signal.SIGUSR2]
+    finally:
+        signal.signal(signal.SIGUSR2, before)
+    assert signal_number("USR2") == signal.SIGUSR2 and signal_number("NOSUCH") is None
