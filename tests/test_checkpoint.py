@@ -282,3 +282,30 @@ def test_handlers_give_back_the_ones_they_replaced_and_a_term_from_elsewhere_is_
     finally:
         signal.signal(signal.SIGUSR2, before)
     assert signal_number("USR2") == signal.SIGUSR2 and signal_number("NOSUCH") is None
+
+
+def test_each_bad_checkpoint_is_reported_with_why_and_the_previous_one_is_used(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import hashlib
+    folder = tmp_path / "not" / "yet"  # created with its parents
+    good = _save(folder, 10, keep=9)
+    torn = _save(folder, 20, keep=9)
+    torn.write_bytes(torn.read_bytes()[:-5])
+    short = _save(folder, 30, keep=9)
+    short.write_bytes(b"abc\n" + short.read_bytes().partition(b"\n")[2])
+    headless = _save(folder, 40, keep=9)
+    headless.write_bytes(b"no newline at all")
+    garbage = folder / "ckpt-000000050.pt"  # a valid checksum over something torch cannot load
+    garbage.write_bytes(hashlib.sha256(b"not a pickle").hexdigest().encode() + b"\nnot a pickle")
+    found = checkpoint.load_newest_good(folder)
+    assert found is not None and found.path == good and found.state["step"] == 10
+    reasons = [(garbage, "UnpicklingError: invalid load key, 'n'."), (headless, "no checksum header (truncated?)"),
+               (short, "no checksum header (truncated?)"), (torn, "checksum mismatch (truncated or corrupted)")]
+    assert found.skipped == reasons
+    err = capsys.readouterr().err
+    assert [line for line in err.splitlines() if line.startswith("[checkpoint]")] == [
+        f"[checkpoint] cannot load {path}: {why}; trying the previous one" for path, why in reasons]
+    good.write_bytes(b"")
+    assert checkpoint.load_newest_good(folder) is None
+    assert f"[checkpoint] no checkpoint in {folder} loads; starting from scratch" in capsys.readouterr().err
+    assert checkpoint.load_newest_good(tmp_path / "missing") is None and checkpoint.list_checkpoints(tmp_path) == []
