@@ -100,6 +100,15 @@ FULL = [
     ("submitit local, no local ids", {"SUBMITIT_LOCAL_JOB_ID": "999", "SUBMITIT_LOCAL_GLOBALID": "1",
                                       "SUBMITIT_LOCAL_NTASKS": "2"},
      DistEnv("local", 1, 2, 1, 2, "127.0.0.1", port_for_job("local:999"), "999", "localhost")),
+    ("a batch script's own process (SLURM_PROCID, no step)", {"SLURM_JOB_ID": "7", "SLURM_PROCID": "0",
+                                                             "SLURM_NTASKS": "2"},
+     DistEnv("single", 0, 1, 0, 1, "127.0.0.1", port_for_job("7"), "7", "localhost")),
+    ("submitit local told its master", {"SUBMITIT_LOCAL_JOB_ID": "9", "SUBMITIT_LOCAL_GLOBALID": "0",
+                                        "SUBMITIT_LOCAL_NTASKS": "1", "MASTER_ADDR": "10.1.1.1"},
+     DistEnv("local", 0, 1, 0, 1, "10.1.1.1", port_for_job("local:9"), "9", "localhost")),
+    ("a srun step outside an array", {"SLURM_JOB_ID": "5", "SLURM_STEP_ID": "0", "SLURM_PROCID": "0",
+                                      "SLURM_NTASKS": "1", "SLURM_JOB_NODELIST": "c7", "SLURMD_NODENAME": "c7"},
+     DistEnv("slurm", 0, 1, 0, 1, "c7", port_for_job("slurm:5"), "5", "c7", "", "")),
     ("a srun step", {"SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0", "SLURM_PROCID": "2", "SLURM_NTASKS": "3",
                      "SLURM_NTASKS_PER_NODE": "2,1", "SLURM_NODELIST": "c[5-6]", "RANK": "0", "WORLD_SIZE": "1",
                      "HOSTNAME": "h1", "SLURM_ARRAY_JOB_ID": "4240", "SLURM_ARRAY_TASK_ID": "2"},
@@ -123,6 +132,7 @@ def test_distributed_and_main_rank() -> None:
     ({"SLURM_STEP_ID": "0", "SLURM_PROCID": "0"}, "SLURM_NTASKS is not set, but other slurm variables are"),
     ({"TORCHELASTIC_RUN_ID": "x", "WORLD_SIZE": "2"}, "RANK is not set, but other torchrun variables are"),
     ({"RANK": "-1", "WORLD_SIZE": "2"}, "rank -1 is outside world size 2"),
+    ({"SLURM_STEP_ID": "0", "SLURM_PROCID": "0", "SLURM_NTASKS": "1"}, "empty node list ''"),
     ({"RANK": "2", "WORLD_SIZE": "2"}, "rank 2 is outside world size 2"),
 ])
 def test_the_variable_that_is_missing_or_wrong_is_named(env: dict[str, str], message: str) -> None:
