@@ -165,27 +165,36 @@ def test_a_signal_is_only_recorded_and_term_outranks_the_requeue_signal() -> Non
     import signal
 
     from trainer.stopping import NONE, REQUEUE, TERMINATE, StopSignals, installed
-    before = signal.getsignal(signal.SIGUSR2), signal.getsignal(signal.SIGTERM)
-    with installed(None, "USR2") as stops:
-        assert (stops.kind, stops.name) == (NONE, "")
-        signal.raise_signal(signal.SIGUSR2)
-        assert (stops.kind, stops.name) == (REQUEUE, "USR2")
-        signal.raise_signal(signal.SIGTERM)
-        signal.raise_signal(signal.SIGUSR2)  # SLURM is already ending the job: TERM stays
-        assert (stops.kind, stops.name) == (TERMINATE, "TERM")
-        with installed(stops, "USR2") as same:  # someone else's handlers: used, not restored here
-            assert same is stops
-        assert signal.getsignal(signal.SIGUSR2) not in before
-    assert (signal.getsignal(signal.SIGUSR2), signal.getsignal(signal.SIGTERM)) == before
-    # TERM as the requeue signal: a TERM asks for a requeue, not for the end.
-    term = StopSignals("TERM")
-    assert term.names == {"TERM": REQUEUE} and term.install()
+    # Recorders in place of the defaults: a signal the stop handlers fail to catch is seen here
+    # instead of ending pytest (or, under mutmut's fork server, exiting it with status 0).
+    leaked: list[int] = []
+    originals = {s: signal.signal(s, lambda signum, frame: leaked.append(signum))
+                 for s in (signal.SIGUSR2, signal.SIGTERM)}
     try:
-        term.raise_requeue_signal()
-        assert (term.kind, term.name) == (REQUEUE, "TERM")
+        before = signal.getsignal(signal.SIGUSR2), signal.getsignal(signal.SIGTERM)
+        with installed(None, "USR2") as stops:
+            assert (stops.kind, stops.name) == (NONE, "")
+            signal.raise_signal(signal.SIGUSR2)
+            assert (stops.kind, stops.name) == (REQUEUE, "USR2")
+            signal.raise_signal(signal.SIGTERM)
+            signal.raise_signal(signal.SIGUSR2)  # SLURM is already ending the job: TERM stays
+            assert (stops.kind, stops.name, leaked) == (TERMINATE, "TERM", [])
+            with installed(stops, "USR2") as same:  # someone else's handlers: used, not restored here
+                assert same is stops
+            assert signal.getsignal(signal.SIGUSR2) not in before
+        assert (signal.getsignal(signal.SIGUSR2), signal.getsignal(signal.SIGTERM)) == before
+        # TERM as the requeue signal: a TERM asks for a requeue, not for the end.
+        term = StopSignals("TERM")
+        assert term.names == {"TERM": REQUEUE} and term.install()
+        try:
+            term.raise_requeue_signal()
+            assert (term.kind, term.name, leaked) == (REQUEUE, "TERM", [])
+        finally:
+            term.restore()
+        assert signal.getsignal(signal.SIGTERM) == before[1]
     finally:
-        term.restore()
-    assert signal.getsignal(signal.SIGTERM) == before[1]
+        for signum, handler in originals.items():
+            signal.signal(signum, handler)
 
 
 def test_handlers_cannot_be_installed_off_the_main_thread() -> None:
