@@ -564,3 +564,16 @@ def test_job_values_at_their_limits_are_accepted_and_one_past_them_refused_by_na
         assert str(raised.value).startswith(f"j.yaml: key {message}"), (data, str(raised.value))
     assert [interrupt_steps(job_from_mapping({"interrupt_at": v}, "j")) for v in ("", 7, "12, 40")] == [
         set(), {7}, {12, 40}]
+
+
+def test_python_m_trainer_loads_a_job_by_name_or_path_as_the_submitter_does(tmp_path: Path) -> None:
+    from trainer.config import load_job
+    from trainer.schema import ConfigError
+    digits = load_job("digits")
+    assert (digits.name, digits.model, digits.dataset) == ("digits", "mlp", "digits")
+    assert load_job("digits-lr-sweep").name == "digits-lr-sweep"  # a sweep file's base job trains as itself
+    write(tmp_path / "jobs" / "base.yaml", "extends: digits\nepochs: 3\ndata_dir: d\n")
+    job = load_job(write(tmp_path / "jobs" / "mine.yaml", "extends: base.yaml\nlr: 0.5\n"))
+    assert (job.epochs, job.lr, job.data_dir) == (3, 0.5, str(tmp_path / "jobs" / "d"))
+    with pytest.raises(ConfigError, match="key 'epochs' has invalid value 0"):
+        load_job(write(tmp_path / "bad.yaml", "extends: digits\nepochs: 0\n"))
