@@ -577,3 +577,34 @@ def test_python_m_trainer_loads_a_job_by_name_or_path_as_the_submitter_does(tmp_
     assert (job.epochs, job.lr, job.data_dir) == (3, 0.5, str(tmp_path / "jobs" / "d"))
     with pytest.raises(ConfigError, match="key 'epochs' has invalid value 0"):
         load_job(write(tmp_path / "bad.yaml", "extends: digits\nepochs: 0\n"))
+
+
+EXECUTOR_LIMITS = [
+    (["--profile", "debug", "--set", "profile.nodes=2"], "key 'nodes' has invalid value 2; expected 1 for the debug "
+     "executor"),
+    (["--profile", "debug", "--set", "profile.tasks_per_node=2"], "key 'tasks_per_node' has invalid value 2; expected "
+     "1 for the debug executor (it runs in this process)"),
+    (["--set", "profile.nodes=2"], "key 'nodes' has invalid value 2; expected 1 for the local executor (use a slurm "
+     "profile for more)"),
+    (["--profile", "slurm-cpu", "--set", "profile.gpus_per_node=2", "--set", "profile.tasks_per_node=1"],
+     "key 'tasks_per_node' has invalid value 1; expected one task per GPU: 2 (= gpus_per_node)"),
+    (["--profile", "slurm-cpu", "--set", "profile.time=1", "--set", "profile.signal_delay_s=60"],
+     "key 'signal_delay_s' has invalid value 60; expected fewer seconds than the time limit (60 s)"),
+    (["--profile", "slurm-cpu", "--set", "profile.sbatch_extra.t=1"], "--t would change tasks_per_node / time_min, "
+     "which the profile sets"),
+]
+
+
+def test_what_each_executor_can_run_is_checked_to_the_limit(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv, message in EXECUTOR_LIMITS:
+        code, out, err = call([*argv, "--dry-run"], capsys)
+        assert code == 2 and err.startswith("error: ") and message in err, (argv, err)
+    for argv in (["--set", "profile.time=1", "--set", "profile.signal_delay_s=59"],
+                 ["--set", "profile.max_array_size=1"],
+                 ["--set", "profile.mem_per_task=2147483647", "--set", "profile.tasks_per_node=1"]):
+        code, out, err = call(["--profile", "slurm-cpu", *argv, "--dry-run"], capsys)
+        assert code == 0, (argv, err)
+    # A SLURM_CONF recorded relative (older runs) is the project's; an absolute one stays; local runs have none.
+    from launcher.config.profile import PROJECT_ROOT, slurm_conf_file
+    assert slurm_conf_file("slurm", "x/slurm.conf") == str(PROJECT_ROOT / "x" / "slurm.conf")
+    assert (slurm_conf_file("slurm", "/etc/s.conf"), slurm_conf_file("local", "/etc/s.conf")) == ("/etc/s.conf", "")
