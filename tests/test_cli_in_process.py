@@ -592,6 +592,22 @@ EXECUTOR_LIMITS = [
      "key 'signal_delay_s' has invalid value 60; expected fewer seconds than the time limit (60 s)"),
     (["--profile", "slurm-cpu", "--set", "profile.sbatch_extra.t=1"], "--t would change tasks_per_node / time_min, "
      "which the profile sets"),
+    (["--set", "profile.env.BAD-NAME=1"], "key 'env.BAD-NAME' has invalid value 'BAD-NAME'; expected a shell variable "
+     "name (letters, digits, underscore)"),
+    (["--set", "profile.env.a1_B=1", "--set", "profile.env.1a=1"], "key 'env.1a' has invalid value '1a'"),
+    (["--profile", "slurm-cpu", "--set", "profile.sbatch_extra.Mail=1"], "key 'sbatch_extra.Mail' has invalid value "
+     "'Mail'; expected an sbatch long option name such as 'mail-type'"),
+    (["--profile", "debug", "--set", "profile.python=py"], "key 'python' has invalid value 'py'; expected empty for "
+     "the debug executor (it runs in this process)"),
+    (["--profile", "debug", "--set", "profile.container=img.sif"], "key 'python' has invalid value ''; expected empty "
+     "for the debug executor"),
+    (["--set", "profile.container=docker://x"], "key 'container' has invalid value 'docker://x'; expected empty unless "
+     "executor is slurm (containers start through srun)"),
+    (["--profile", "slurm-cpu", "--set", "profile.container=a\x07b"], "key 'container' has invalid value "
+     "'a\\x07b'; expected single-line text"),
+    (["--profile", "slurm-cpu", "--set", "profile.python=a\x7fb"], "key 'python' has invalid value 'a\\x7fb'; "
+     "expected single-line text"),
+    (["--profile", "slurm-cpu", "--set", "profile.python=a\x1fb"], "key 'python' has invalid value 'a\\x1fb'"),
 ]
 
 
