@@ -492,7 +492,8 @@ def test_paths_in_a_profile_file_are_read_from_its_folder(tmp_path: Path, capsys
     # A command name, a registry reference and a relative image path as written.
     registry = "nvcr.io/nvidia/pytorch:24.01-py3"
     for container, image in [("docker://repo/img", "docker://repo/img"), (registry, registry),
-                             ("./x", str(folder / "x")), ("../y.sqsh", str(tmp_path / "y.sqsh"))]:
+                             ("./x", str(folder / "x")), ("../y", str(tmp_path / "y")),
+                             ("~/img", str(Path("~/img").expanduser()))]:
         write(folder / "q.yaml", f"extends: slurm-cpu\npython: python3\ncontainer: {container}\n")
         shown = dry_run(["--profile", str(folder / "q.yaml")], capsys)["profile"]
         assert (shown["python"], shown["container"]) == ("python3", image)
@@ -601,6 +602,8 @@ EXECUTOR_LIMITS = [
      "the debug executor (it runs in this process)"),
     (["--profile", "debug", "--set", "profile.container=img.sif"], "key 'python' has invalid value ''; expected empty "
      "for the debug executor"),
+    (["--set", 'profile.setup=["x"]'], "key 'setup' has invalid value ['x']; expected [] for the local executor "
+     "(setup lines run only in SLURM batch scripts;"),
     (["--set", "profile.container=docker://x"], "key 'container' has invalid value 'docker://x'; expected empty unless "
      "executor is slurm (containers start through srun)"),
     (["--profile", "slurm-cpu", "--set", "profile.container=a\x07b"], "key 'container' has invalid value "
@@ -616,7 +619,7 @@ def test_what_each_executor_can_run_is_checked_to_the_limit(capsys: pytest.Captu
         code, out, err = call([*argv, "--dry-run"], capsys)
         assert code == 2 and err.startswith("error: ") and message in err, (argv, err)
     for argv in (["--set", "profile.time=1", "--set", "profile.signal_delay_s=59"],
-                 ["--set", "profile.max_array_size=1"],
+                 ["--set", "profile.max_array_size=1"], ["--set", "profile.partition=GPU_a.1-x"],
                  ["--set", "profile.mem_per_task=2147483647", "--set", "profile.tasks_per_node=1"]):
         code, out, err = call(["--profile", "slurm-cpu", *argv, "--dry-run"], capsys)
         assert code == 0, (argv, err)
@@ -624,3 +627,9 @@ def test_what_each_executor_can_run_is_checked_to_the_limit(capsys: pytest.Captu
     from launcher.config.profile import PROJECT_ROOT, slurm_conf_file
     assert slurm_conf_file("slurm", "x/slurm.conf") == str(PROJECT_ROOT / "x" / "slurm.conf")
     assert (slurm_conf_file("slurm", "/etc/s.conf"), slurm_conf_file("local", "/etc/s.conf")) == ("/etc/s.conf", "")
+
+
+def test_a_profile_in_the_working_folders_cluster_profiles_is_found_by_name(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write(tmp_path / "cluster_profiles" / "mine.yaml", "extends: local\ncpus_per_task: 1\n")
+    assert dry_run(["--profile", "mine"], capsys)["profile"]["name"] == "mine"
