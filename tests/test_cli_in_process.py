@@ -504,7 +504,7 @@ JOB_LIMITS_OK = [
     {"epochs": 2**31 - 1, "batch_size_per_rank": 1, "eval_every_epochs": 2**31 - 1, "log_every_steps": 1,
      "keep_checkpoints": 2**31 - 1, "grad_accum_steps": 2**31 - 1, "seed": 2**32 - 1, "momentum": 0.0,
      "weight_decay": 0.0, "warmup_fraction": 0.0, "label_smoothing": 0.0, "stop_at_accuracy": 1.0,
-     "checkpoint_every_steps": 2**31 - 1, "fail_at": "3:1", "interrupt_at": "12, 40"},
+     "checkpoint_every_steps": 2**31 - 1, "fail_at": "3:1", "interrupt_at": "1, 40"},
     {**IMAGES, "synthetic_train_size": 1_000_000, "synthetic_test_size": 1_000_000, "seed": 0,
      "stop_at_accuracy": 0.0, "checkpoint_every_steps": 0, "interrupt_at": 5, "target_metric": "train_loss"},
     {"model": "resnet-small", "dataset": "cifar10", "target_metric": "images_per_second"},
@@ -573,11 +573,15 @@ def test_python_m_trainer_loads_a_job_by_name_or_path_as_the_submitter_does(tmp_
     digits = load_job("digits")
     assert (digits.name, digits.model, digits.dataset) == ("digits", "mlp", "digits")
     assert load_job("digits-lr-sweep").name == "digits-lr-sweep"  # a sweep file's base job trains as itself
-    write(tmp_path / "jobs" / "base.yaml", "extends: digits\nepochs: 3\ndata_dir: d\n")
-    job = load_job(write(tmp_path / "jobs" / "mine.yaml", "extends: base.yaml\nlr: 0.5\n"))
-    assert (job.epochs, job.lr, job.data_dir) == (3, 0.5, str(tmp_path / "jobs" / "d"))
-    with pytest.raises(ConfigError, match="key 'epochs' has invalid value 0"):
-        load_job(write(tmp_path / "bad.yaml", "extends: digits\nepochs: 0\n"))
+    write(tmp_path / "mine" / "base.yaml", "extends: digits\nepochs: 3\ndata_dir: d\n")
+    job = load_job(write(tmp_path / "mine" / "mine.yaml", "extends: base.yaml\nlr: 0.5\n"))
+    assert (job.epochs, job.lr, job.data_dir) == (3, 0.5, str(tmp_path / "mine" / "d"))
+    bad = write(tmp_path / "bad.yaml", "extends: digits\nepochs: 0\n")
+    with pytest.raises(ConfigError) as raised:
+        load_job(bad)
+    assert str(raised.value).startswith(f"{bad} (extending ") and "key 'epochs' has invalid value 0" in str(raised.value)
+    write(tmp_path / "jobs" / "here.yaml", "extends: digits\nepochs: 4\n")  # ./jobs of the working folder
+    assert load_job("here").epochs == 4
 
 
 EXECUTOR_LIMITS = [
