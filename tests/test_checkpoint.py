@@ -4,6 +4,7 @@ and a checkpoint holds everything a resumed run needs."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import torch
@@ -12,6 +13,9 @@ from tests.helpers import last_json, run_submit
 from trainer import checkpoint, events
 from trainer.config import JobConfig, RunSettings
 from trainer.stopping import StopRequested
+
+if TYPE_CHECKING:
+    from trainer.stopping import StopProtocol, StopSignals
 from trainer.train import run
 
 NO_LAUNCHER: dict[str, str] = {}  # run() reads the distributed environment from this: one process
@@ -146,3 +150,174 @@ def test_slurm_profiles_checkpoint_by_default_and_the_job_can_change_it(tmp_path
     shown = last_json(run_submit(["--profile", profile, "--dry-run", "--json", "--set",
                                   "job.checkpoint_every_steps=25"], cwd=tmp_path, unset=("SLURM_CONF",)).stdout)
     assert shown["job"]["checkpoint_every_steps"] == 25
+
+
+# ----- the stop protocol (trainer/stopping.py) with one real rank: checkpoint, decide, report, raise -----
+
+def _protocol(tmp_path: Path, signals: "StopSignals", hook: Any = None, interrupts: frozenset[int] = frozenset()
+              ) -> "StopProtocol":
+    from trainer.collectives import Ranks
+    from trainer.distenv import resolve
+    from trainer.reporting import Reporter
+    from trainer.stopping import StopProtocol
+    env = resolve({})
+    return StopProtocol(signals, "USR2", hook, Ranks(env), Reporter(tmp_path, env, False, False, 10), interrupts)
+
+
+def test_a_signal_is_only_recorded_and_term_outranks_the_requeue_signal() -> None:
+    import signal
+
+    from trainer.stopping import NONE, REQUEUE, TERMINATE, StopSignals, installed
+    # Recorders in place of the defaults: a signal the stop handlers fail to catch is seen here
+    # instead of ending pytest (or, under mutmut's fork server, exiting it with status 0).
+    leaked: list[int] = []
+    originals = {s: signal.signal(s, lambda signum, frame: leaked.append(signum))
+                 for s in (signal.SIGUSR2, signal.SIGTERM)}
+    try:
+        before = signal.getsignal(signal.SIGUSR2), signal.getsignal(signal.SIGTERM)
+        with installed(None, "USR2") as stops:
+            assert (stops.kind, stops.name) == (NONE, "")
+            signal.raise_signal(signal.SIGUSR2)
+            assert (stops.kind, stops.name) == (REQUEUE, "USR2")
+            signal.raise_signal(signal.SIGTERM)
+            signal.raise_signal(signal.SIGUSR2)  # SLURM is already ending the job: TERM stays
+            assert (stops.kind, stops.name, leaked) == (TERMINATE, "TERM", [])
+            with installed(stops, "USR2") as same:  # someone else's handlers: used, not restored here
+                assert same is stops
+            assert signal.getsignal(signal.SIGUSR2) not in before
+        assert (signal.getsignal(signal.SIGUSR2), signal.getsignal(signal.SIGTERM)) == before
+        # TERM as the requeue signal: a TERM asks for a requeue, not for the end.
+        term = StopSignals("TERM")
+        assert term.names == {"TERM": REQUEUE} and term.install()
+        try:
+            term.raise_requeue_signal()
+            assert (term.kind, term.name, leaked) == (REQUEUE, "TERM", [])
+        finally:
+            term.restore()
+        assert signal.getsignal(signal.SIGTERM) == before[1]
+    finally:
+        for signum, handler in originals.items():
+            signal.signal(signum, handler)
+
+
+def test_handlers_cannot_be_installed_off_the_main_thread() -> None:
+    import signal
+    import threading
+
+    from trainer.stopping import StopSignals
+    before = signal.getsignal(signal.SIGUSR2)
+    results: list[bool] = []
+    thread = threading.Thread(target=lambda: results.append(StopSignals("USR2").install()))
+    thread.start()
+    thread.join()
+    assert results == [False] and signal.getsignal(signal.SIGUSR2) == before
+
+
+@pytest.mark.parametrize("kind,hook,signal_name,info", [
+    (1, lambda name: {"requeued": True, "reason": f"on {name}"}, "USR2", {"requeued": True, "reason": "on USR2"}),
+    (1, None, "USR2", {"requeued": False, "reason": "no requeue hook (not run by the submitter)"}),
+    (1, lambda name: 1 / 0, "USR2", {"requeued": False, "reason": "requeue failed",
+                                     "message": "ZeroDivisionError: division by zero"}),
+    # SLURM is ending the job: the hook is not asked (a user's scancel stays a cancel).
+    (2, lambda name: {"requeued": True}, "TERM", {"requeued": False, "reason": "terminated"}),
+])
+def test_a_stop_checkpoints_then_decides_on_rank_0_and_every_rank_learns_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: int, hook: Any, signal_name: str,
+        info: dict[str, Any]) -> None:
+    from trainer.stopping import StopSignals
+    done: list[str] = []
+    protocol = _protocol(tmp_path, StopSignals("USR2"), None if hook is None else
+                         lambda name: done.append("hook") or hook(name))
+    with pytest.raises(StopRequested) as raised:
+        protocol.stop(kind, lambda: done.append("checkpoint"), step=7, epoch=1, step_in_epoch=3)
+    stop = raised.value
+    assert (stop.step, stop.signal_name, stop.kind, stop.info) == (7, signal_name, kind, info)
+    assert stop.requeued is info["requeued"] and str(stop) == f"stopped at step 7 on SIG{signal_name}"
+    assert done[0] == "checkpoint" and done[1:] == (["hook"] if hook and kind == 1 else [])
+    (event,) = [e for e in events.read(tmp_path) if e["event"] == "stopped"]
+    assert {k: event[k] for k in ("step", "epoch", "step_in_epoch", "signal", "kind")} == {
+        "step": 7, "epoch": 1, "step_in_epoch": 3, "signal": signal_name, "kind": {1: "requeue", 2: "terminate"}[kind]}
+    assert {k: event[k] for k in info} == info
+    assert f"[trainer] stopped at step 7 on SIG{signal_name}: " + ", ".join(f"{k} {v}" for k, v in info.items()) \
+        in capsys.readouterr().out
+
+
+def test_the_stop_names_the_signal_that_arrived_and_the_test_interrupt_goes_through_it(tmp_path: Path) -> None:
+    from trainer.stopping import NONE, REQUEUE, StopSignals
+    signals = StopSignals("USR2")
+    assert signals.install()
+    try:
+        protocol = _protocol(tmp_path, signals, interrupts=frozenset({5}))
+        assert protocol.agreed(4, 0) == NONE
+        assert protocol.agreed(5, 5) == NONE  # resumed at step 5: that interrupt already happened
+        assert protocol.agreed(5, 0) == REQUEUE and signals.name == "USR2"
+        signals.name = "USR1"  # what a handler recorded is what the stop reports
+        with pytest.raises(StopRequested) as raised:
+            protocol.stop(REQUEUE, lambda: None, step=5)
+        assert raised.value.signal_name == "USR1"
+    finally:
+        signals.restore()
+
+
+def test_restoring_the_rng_state_replays_every_generator_and_reads_older_checkpoints() -> None:
+    import random
+
+    import numpy as np
+    cpu = torch.device("cpu")
+    state = checkpoint.capture_rng(cpu)
+    drawn = (torch.rand(3).tolist(), random.random(), float(np.random.rand()))
+    checkpoint.restore_rng(state, cpu)
+    assert (torch.rand(3).tolist(), random.random(), float(np.random.rand())) == drawn
+    # A checkpoint without the Python and NumPy generators (written before they were kept) still loads.
+    checkpoint.restore_rng({"torch": state["torch"], "cuda": None}, cpu)
+    assert torch.rand(3).tolist() == drawn[0]
+
+
+def test_handlers_give_back_the_ones_they_replaced_and_a_term_from_elsewhere_is_named_term(tmp_path: Path) -> None:
+    import signal
+
+    from trainer.stopping import REQUEUE, TERMINATE, StopSignals, signal_number
+    seen: list[int] = []
+    before = signal.signal(signal.SIGUSR2, lambda signum, frame: seen.append(signum))
+    try:
+        stops = StopSignals("USR2")
+        assert stops.install()
+        signal.raise_signal(signal.SIGUSR2)
+        assert (stops.kind, seen) == (REQUEUE, [])
+        # Another rank saw TERM: this rank, which saw USR2, reports the stop everyone agreed on.
+        with pytest.raises(StopRequested) as raised:
+            _protocol(tmp_path, stops).stop(TERMINATE, lambda: None, step=3)
+        assert (raised.value.signal_name, raised.value.kind) == ("TERM", TERMINATE)
+        stops.restore()
+        signal.raise_signal(signal.SIGUSR2)  # the handler that was there before runs again
+        assert seen == [signal.SIGUSR2]
+    finally:
+        signal.signal(signal.SIGUSR2, before)
+    assert signal_number("USR2") == signal.SIGUSR2 and signal_number("NOSUCH") is None
+
+
+def test_each_bad_checkpoint_is_reported_with_why_and_the_previous_one_is_used(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import hashlib
+    folder = tmp_path / "not" / "yet"  # created with its parents
+    good = _save(folder, 10, keep=9)
+    torn = _save(folder, 20, keep=9)
+    torn.write_bytes(torn.read_bytes()[:-5])
+    short = _save(folder, 30, keep=9)
+    short.write_bytes(b"abc\n" + short.read_bytes().partition(b"\n")[2])
+    headless = _save(folder, 40, keep=9)
+    headless.write_bytes(b"no newline at all")
+    garbage = folder / "ckpt-000000050.pt"  # a valid checksum over something torch cannot load
+    garbage.write_bytes(hashlib.sha256(b"not a pickle").hexdigest().encode() + b"\nnot a pickle")
+    found = checkpoint.load_newest_good(folder)
+    assert found is not None and found.path == good and found.state["step"] == 10
+    reasons = [(garbage, "UnpicklingError: invalid load key, 'n'."), (headless, "no checksum header (truncated?)"),
+               (short, "no checksum header (truncated?)"), (torn, "checksum mismatch (truncated or corrupted)")]
+    assert found.skipped == reasons
+    err = capsys.readouterr().err
+    assert [line for line in err.splitlines() if line.startswith("[checkpoint]")] == [
+        f"[checkpoint] cannot load {path}: {why}; trying the previous one" for path, why in reasons]
+    good.write_bytes(b"")
+    assert checkpoint.load_newest_good(folder) is None
+    assert f"[checkpoint] no checkpoint in {folder} loads; starting from scratch" in capsys.readouterr().err
+    assert checkpoint.load_newest_good(tmp_path / "missing") is None and checkpoint.list_checkpoints(tmp_path) == []

@@ -83,3 +83,74 @@ def test_scrubbed_drops_an_enclosing_jobs_variables_but_keeps_slurm_conf() -> No
            "SUBMITIT_LOCAL_JOB_ID": "9", "PATH": "/bin"}
     assert scrubbed(env) == {"SLURM_CONF": "/etc/x.conf", "HOME": "/root", "PATH": "/bin"}
     assert resolve(scrubbed(env)).launcher == "single"
+
+
+# Every field, for each launcher: a variable read from the wrong table or a wrong default is seen.
+FULL = [
+    ("nothing", {}, DistEnv("single", 0, 1, 0, 1, "127.0.0.1", port_for_job("single"), "", "localhost")),
+    ("a batch script without srun", {"SLURM_JOB_ID": "7", "SLURMD_NODENAME": "n1", "SLURM_ARRAY_JOB_ID": "6"},
+     DistEnv("single", 0, 1, 0, 1, "127.0.0.1", port_for_job("7"), "7", "n1")),
+    ("one process told where its master is", {"MASTER_ADDR": "10.0.0.2", "MASTER_PORT": "2345"},
+     DistEnv("single", 0, 1, 0, 1, "10.0.0.2", 2345, "", "localhost")),
+    ("torchrun", {"TORCHELASTIC_RUN_ID": "abc", "RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1",
+                  "LOCAL_WORLD_SIZE": "2", "HOSTNAME": "h1", "SLURM_ARRAY_JOB_ID": "6", "SLURM_ARRAY_TASK_ID": "1"},
+     DistEnv("torchrun", 3, 4, 1, 2, "127.0.0.1", port_for_job("torchrun:abc"), "abc", "h1")),
+    ("torchrun without a run id", {"RANK": "1", "WORLD_SIZE": "2", "SLURMD_NODENAME": "n2", "HOSTNAME": "h1"},
+     DistEnv("torchrun", 1, 2, 1, 2, "127.0.0.1", port_for_job("torchrun:"), "", "n2")),
+    ("submitit local, no local ids", {"SUBMITIT_LOCAL_JOB_ID": "999", "SUBMITIT_LOCAL_GLOBALID": "1",
+                                      "SUBMITIT_LOCAL_NTASKS": "2"},
+     DistEnv("local", 1, 2, 1, 2, "127.0.0.1", port_for_job("local:999"), "999", "localhost")),
+    ("a batch script's own process (SLURM_PROCID, no step)", {"SLURM_JOB_ID": "7", "SLURM_PROCID": "0",
+                                                             "SLURM_NTASKS": "2"},
+     DistEnv("single", 0, 1, 0, 1, "127.0.0.1", port_for_job("7"), "7", "localhost")),
+    ("submitit local told its master", {"SUBMITIT_LOCAL_JOB_ID": "9", "SUBMITIT_LOCAL_GLOBALID": "0",
+                                        "SUBMITIT_LOCAL_NTASKS": "1", "MASTER_ADDR": "10.1.1.1"},
+     DistEnv("local", 0, 1, 0, 1, "10.1.1.1", port_for_job("local:9"), "9", "localhost")),
+    ("a srun step outside an array", {"SLURM_JOB_ID": "5", "SLURM_STEP_ID": "0", "SLURM_PROCID": "0",
+                                      "SLURM_NTASKS": "1", "SLURM_JOB_NODELIST": "c7", "SLURMD_NODENAME": "c7"},
+     DistEnv("slurm", 0, 1, 0, 1, "c7", port_for_job("slurm:5"), "5", "c7", "", "")),
+    ("a srun step", {"SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0", "SLURM_PROCID": "2", "SLURM_NTASKS": "3",
+                     "SLURM_NTASKS_PER_NODE": "2,1", "SLURM_NODELIST": "c[5-6]", "RANK": "0", "WORLD_SIZE": "1",
+                     "HOSTNAME": "h1", "SLURM_ARRAY_JOB_ID": "4240", "SLURM_ARRAY_TASK_ID": "2"},
+     DistEnv("slurm", 2, 3, 2, 2, "c5", port_for_job("slurm:4242"), "4242", "", "4240", "2")),
+]
+
+
+@pytest.mark.parametrize("name,env,expected", FULL, ids=[c[0] for c in FULL])
+def test_every_field_of_each_launcher(name: str, env: dict[str, str], expected: DistEnv) -> None:
+    assert resolve(env) == expected
+    assert (expected.distributed, expected.is_main) == (expected.world_size > 1, expected.rank == 0)
+
+
+def test_distributed_and_main_rank() -> None:
+    two = resolve({"RANK": "1", "WORLD_SIZE": "2"})
+    assert (two.distributed, two.is_main) == (True, False)
+    assert (resolve({}).distributed, resolve({}).is_main) == (False, True)
+
+
+@pytest.mark.parametrize("env,message", [
+    ({"SLURM_STEP_ID": "0", "SLURM_PROCID": "0"}, "SLURM_NTASKS is not set, but other slurm variables are"),
+    ({"TORCHELASTIC_RUN_ID": "x", "WORLD_SIZE": "2"}, "RANK is not set, but other torchrun variables are"),
+    ({"RANK": "-1", "WORLD_SIZE": "2"}, "rank -1 is outside world size 2"),
+    ({"SLURM_STEP_ID": "0", "SLURM_PROCID": "0", "SLURM_NTASKS": "1"}, "empty node list ''"),
+    ({"RANK": "2", "WORLD_SIZE": "2"}, "rank 2 is outside world size 2"),
+])
+def test_the_variable_that_is_missing_or_wrong_is_named(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ValueError) as raised:
+        resolve(env)
+    assert str(raised.value) == message
+
+
+def test_derived_ports_cover_their_whole_range_and_do_not_change() -> None:
+    ports = [port_for_job(str(j)) for j in range(20000)]
+    assert 12000 <= min(ports) < 12010 and 31990 < max(ports) < 32000
+    # Every rank computes the port itself: a change between versions would split a job's ranks.
+    assert [port_for_job(j) for j in ("single", "7", "slurm:4242")] == [29301, 13243, 25912]
+
+
+def test_scrubbed_drops_every_family_of_job_variables() -> None:
+    job = {name: "1" for name in ("SLURM_JOB_ID", "SLURMD_NODENAME", "SRUN_CPUS_PER_TASK", "SBATCH_PARTITION",
+                                  "SALLOC_ACCOUNT", "SUBMITIT_EXECUTOR", "TORCHELASTIC_RUN_ID", "RANK", "WORLD_SIZE",
+                                  "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    assert scrubbed({**job, "SLURM_CONF": "/x", "RANKING": "a", "MY_SLURM_X": "b"}) == {
+        "SLURM_CONF": "/x", "RANKING": "a", "MY_SLURM_X": "b"}
