@@ -109,7 +109,9 @@ def drop_stale_result() -> None:
     finish."""
     try:
         JobEnvironment().paths.result_pickle.unlink(missing_ok=True)
-    except (RuntimeError, OSError):  # not under a submitit job (torchrun), or not ours to remove
+    # Not under a submitit job (torchrun), the debug executor (in this process: no job folder, so no
+    # SUBMITIT_FOLDER), or not ours to remove.
+    except (RuntimeError, KeyError, OSError):
         pass
 
 
