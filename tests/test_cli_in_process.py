@@ -595,7 +595,7 @@ EXECUTOR_LIMITS = [
      "key 'tasks_per_node' has invalid value 1; expected one task per GPU: 2 (= gpus_per_node)"),
     (["--profile", "slurm-cpu", "--set", "profile.time=1", "--set", "profile.signal_delay_s=60"],
      "key 'signal_delay_s' has invalid value 60; expected fewer seconds than the time limit (60 s)"),
-    (["--profile", "slurm-cpu", "--set", "profile.sbatch_extra.t=1"], "--t would change tasks_per_node / time_min, "
+    (["--profile", "slurm-cpu", "--set", "profile.sbatch_extra.t=1"], "--t would change tasks_per_node / time, "
      "which the profile sets"),
     (["--set", "profile.env.BAD-NAME=1"], "key 'env.BAD-NAME' has invalid value 'BAD-NAME'; expected a shell variable "
      "name (letters, digits, underscore)"),
