@@ -52,3 +52,12 @@ def rank_results(run_dir: Path, job_id: str = "*") -> list[Any]:
         assert status == "success", value
         results.append(value)
     return results
+
+
+def rank_pid(run_dir: Path, rank: int) -> int | None:
+    """The pid of `rank`'s current attempt (a task's pid), from the banner it writes at the top of its log."""
+    for log in (run_dir / "logs").glob(f"*/*_{rank}_log.out"):
+        banners = [line for line in log.read_text().splitlines() if "attempt started" in line]
+        if banners:
+            return int(banners[-1].split(" pid ")[1].split()[0])
+    return None

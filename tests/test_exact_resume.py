@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.helpers import ROOT, SUBMIT, last_json, run_submit, wait_until
+from tests.helpers import ROOT, SUBMIT, last_json, rank_pid, run_submit, wait_until
 from trainer import events
 from trainer.config import JobConfig, RunSettings
 from trainer.stopping import StopRequested
@@ -127,15 +127,6 @@ def _popen_submit(args: list[str], cwd: Path) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen([sys.executable, SUBMIT, *args], cwd=cwd, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-
-
-def rank_pid(run_dir: Path, rank: int) -> int | None:
-    """The pid of `rank`'s current attempt, from the banner it writes at the top of its log."""
-    for log in (run_dir / "logs").glob(f"*/*_{rank}_log.out"):
-        banners = [line for line in log.read_text().splitlines() if "attempt started" in line]
-        if banners:
-            return int(banners[-1].split(" pid ")[1].split()[0])
-    return None
 
 
 def test_a_stop_signal_sent_to_one_rank_from_outside_requeues_and_resumes_exactly(

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from tests.cifar_format import random_cifar10
-from tests.helpers import ROOT, last_json, run_submit, wait_until
+from tests.helpers import ROOT, last_json, rank_pid, run_submit, wait_until
 from trainer import events
 
 SEED = ROOT / "examples" / "seed_cifar10.py"
@@ -138,15 +138,6 @@ def test_init_script_stopped_twice_requeues_and_resumes_bitwise_identical(tmp_pa
     assert "Traceback" not in proc.stderr  # a stop is not a crash
     status = run_submit(["status", result["run_dir"], "--json"], cwd=tmp_path)
     assert json.loads(status.stdout.splitlines()[-1])["state"] == "completed"
-
-
-def rank_pid(run_dir: Path, rank: int) -> int | None:
-    """The pid of `rank`'s task (the script's parent), from the banner at the top of its log."""
-    for log in (run_dir / "logs").glob(f"*/*_{rank}_log.out"):
-        banners = [line for line in log.read_text().splitlines() if "attempt started" in line]
-        if banners:
-            return int(banners[-1].split(" pid ")[1].split()[0])
-    return None
 
 
 def test_plain_script_stopped_by_a_signal_to_one_rank_is_requeued_and_restarts_from_scratch(tmp_path: Path) -> None:
