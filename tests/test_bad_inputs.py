@@ -300,6 +300,10 @@ YAML_CASES = [
      ["--job", "{j.yaml}"], ["j.yaml", "nested deeper than"]),
     ("job file that is not UTF-8", {"j.yaml": "extends: digits\nname: caf\xe9\n".encode("latin-1")},
      ["--job", "{j.yaml}"], ["j.yaml", "not UTF-8"]),
+    # The offset counts the byte-order mark: it is the byte's place in the file as written.
+    ("job file with a byte-order mark, not UTF-8 after it",
+     {"j.yaml": b"\xef\xbb\xbfextends: digits\nname: \xff\n"}, ["--job", "{j.yaml}"],
+     ["j.yaml", "not UTF-8 text (byte 25: b'\\xff')"]),
     ("profile file that is not UTF-8", {"p.yaml": b"extends: local\nqos: \xff\xfe\n"}, ["--profile", "{p.yaml}"],
      ["p.yaml", "not UTF-8"]),
     ("empty job file", {"j.yaml": ""}, ["--job", "{j.yaml}"], ["j.yaml", "empty"]),
@@ -318,6 +322,14 @@ def write(path: Path, text: str | bytes) -> str:
         path.write_text(text)
     return str(path)
 
+
+
+def test_a_job_file_with_a_byte_order_mark_is_read_as_utf8(tmp_path: Path) -> None:
+    """Editors on Windows write one; it is not part of the first key."""
+    job = write(tmp_path / "j.yaml", b"\xef\xbb\xbfextends: digits\nname: caf\xc3\xa9\n")
+    proc = run_submit(["--job", job, "--dry-run"], cwd=tmp_path, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "\n  name: café\n" in proc.stdout  # the dry run shows the name as written
 
 
 @pytest.mark.parametrize("files,args,expected", ALL_CASES)

@@ -126,9 +126,9 @@ def dry_run(plan: Plan, as_json: bool, chunk: int | None = None) -> int:
     description = sub.describe()
     text = plan.heading()
     # libyaml's emitter where PyYAML has it (the same text, several times faster than the pure-Python
-    # one: a 1,000-task sweep's description is what users wait for).
+    # one: a 1,000-task sweep's description is what users wait for). Names as written: `café`, not `caf\xE9`.
     text += yaml.dump({k: v for k, v in description.items() if v is not None}, sort_keys=False,
-                      Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper))
+                      allow_unicode=True, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper))
     if sub.is_array:
         text += sweep_listing(sub, chunk)
         description["task_dirs"] = [t.settings.run_dir for t in sub.tasks]
