@@ -16,6 +16,7 @@ import argparse
 import contextlib
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -29,14 +30,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
 
-def timed(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, subprocess.CompletedProcess[str]]:
+def timed(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float, subprocess.CompletedProcess[str]]:
+    """Wall seconds, CPU seconds (user + system of the process and the children it waited for) and the result.
+    CPU time is the steadier of the two on a shared machine: waiting for a core is not counted."""
     # With cached bytecode, as users run it (pip compiles an installed package; a checkout caches
     # __pycache__ on its first run): a PYTHONDONTWRITEBYTECODE=1 environment would otherwise make every
     # run compile every module it imports, and time the compiler instead of the submitter.
     env = {k: v for k, v in env.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    t0 = time.perf_counter()
+    before, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
-    return time.perf_counter() - t0, proc
+    wall, after = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime), proc
 
 
 def cluster_env() -> dict[str, str] | None:
@@ -93,23 +97,31 @@ def run(args: argparse.Namespace, trees: list[tuple[str, Path]]) -> None:
     def measure(label: str, argv: list[str] | None, extra_env: dict[str, str] | None = None) -> float:
         """Median seconds of this tree's runs; `argv` None: `python -c pass`, for scale."""
         times: dict[str, list[float]] = {name: [] for name, _ in trees}
+        cpu: dict[str, list[float]] = {name: [] for name, _ in trees}
         for name, root in trees:  # untimed: writes each tree's bytecode cache (see timed)
             cmd, env = command(root, argv) if argv is not None else ([sys.executable, "-c", "pass"], dict(os.environ))
             timed(cmd, {**env, **(extra_env or {})}, work)
         for _ in range(args.repeat):
             for name, root in trees:  # interleaved, so drift in the machine's speed hits both alike
                 cmd, env = command(root, argv) if argv is not None else ([sys.executable, "-c", "pass"], dict(os.environ))
-                seconds, proc = timed(cmd, {**env, **(extra_env or {})}, work)
+                seconds, cpu_s, proc = timed(cmd, {**env, **(extra_env or {})}, work)
                 if proc.returncode != 0:
                     raise RuntimeError(f"{label} ({name}): {proc.stderr[-2000:]}")
                 times[name].append(seconds)
-        mine = statistics.median(times["this"])
+                cpu[name].append(cpu_s)
+        rows.append(row_of(label, times, cpu))
+        return statistics.median(times["this"])
+
+    def row_of(label: str, times: dict[str, list[float]], cpu: dict[str, list[float]]) -> list[object]:
+        mine, mine_cpu = statistics.median(times["this"]), statistics.median(cpu["this"])
         row: list[object] = [label, mine, min(times["this"])]
         if len(trees) > 1:
-            theirs = statistics.median(times[trees[1][0]])
-            row += [theirs, mine / theirs]
-        rows.append(row)
-        return mine
+            other = trees[1][0]
+            row += [statistics.median(times[other]), mine / statistics.median(times[other])]
+        row.append(mine_cpu)
+        if len(trees) > 1:
+            row.append(mine_cpu / statistics.median(cpu[trees[1][0]]))
+        return row
 
     measure("python -c pass (interpreter start, for scale)", None)
     measure("submit.py --help", ["--help"])
@@ -125,27 +137,27 @@ def run(args: argparse.Namespace, trees: list[tuple[str, Path]]) -> None:
         # The real thing, 3 times per tree, interleaved: one sbatch for the whole array, cancelled
         # right away (a single run swings by a third with the controller's and the machine's load).
         real: dict[str, list[float]] = {name: [] for name, _ in trees}
+        real_cpu: dict[str, list[float]] = {name: [] for name, _ in trees}
         for _ in range(3):
             for name, root in trees:
                 cmd, env = command(root, ["--profile", "dev-cluster", "--job", str(sweep), "--json"])
-                seconds, proc = timed(cmd, {**env, **slurm}, work)
+                seconds, cpu_s, proc = timed(cmd, {**env, **slurm}, work)
                 if proc.returncode != 0:
                     raise RuntimeError(f"{name}: {proc.stderr[-2000:]}")
+                real_cpu[name].append(cpu_s)
                 job_id = json.loads(proc.stdout.strip().splitlines()[-1])["job_id"]
                 subprocess.run(["scancel", job_id], env={**env, **slurm}, check=False)
                 real[name].append(seconds)
-        mine = statistics.median(real["this"])
-        row: list[object] = [f"submit.py --profile dev-cluster --job <{args.tasks}-task sweep> (sbatch, then scancel)",
-                             mine, min(real["this"])]
-        if len(trees) > 1:
-            theirs = statistics.median(real[trees[1][0]])
-            row += [theirs, mine / theirs]
-        rows.append(row)
-        submit_s = mine - dry_array
+        rows.append(row_of(f"submit.py --profile dev-cluster --job <{args.tasks}-task sweep> (sbatch, then scancel)",
+                           real, real_cpu))
+        submit_s = statistics.median(real["this"]) - dry_array
     headers = ["command", "median s", "fastest s"]
     if len(trees) > 1:
         headers += [f"{trees[1][0]} median s", f"this/{trees[1][0]}"]
-    print(f"\nWall time of fresh `python submit.py ...` processes ({args.repeat} runs each; seconds):\n")
+    headers.append("CPU median s")
+    if len(trees) > 1:
+        headers.append(f"CPU this/{trees[1][0]}")
+    print(f"\nWall and CPU time of fresh `python submit.py ...` processes ({args.repeat} runs each; seconds):\n")
     print(common.table(headers, rows))
     print(f"\ngoal: dry run < 0.5 s -> {dry:.3f} s")
     if submit_s is not None:
