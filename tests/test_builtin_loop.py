@@ -7,7 +7,9 @@ ranks (the mean over ranks, DDP) is proved by test_training_semantics.py and tes
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -52,25 +54,29 @@ def onecycle_lr(lr: float, step: int, total: int, warmup_fraction: float = 0.2) 
     return lr * max(0.0, 1 - (step - warmup) / (total - warmup))
 
 
+TRAIN_KEYS = ["epoch", "step", "train_loss", "lr", "epoch_time_s", "images_per_second"]
+TEST_KEYS = ["test_loss", "test_accuracy", "test_count"]
+
+
 def test_result_and_epoch_lines_report_what_the_loop_did(tmp_path: Path) -> None:
     started = time.perf_counter()
-    job, result = train(tmp_path, epochs=3, eval_every_epochs=2, lr_schedule="onecycle", lr=0.05)
+    job, result = train(tmp_path, epochs=4, eval_every_epochs=3, lr_schedule="onecycle", lr=0.05)
     wall = time.perf_counter() - started
     lines = epoch_lines(tmp_path)
     steps = 22
-    assert [line["epoch"] for line in lines] == [1, 2, 3]
-    assert [line["step"] for line in lines] == [steps, 2 * steps, 3 * steps]
-    # Evaluated every second epoch and at the end, not after epoch 1.
-    assert ["test_accuracy" in line for line in lines] == [False, True, True]
+    # metrics.jsonl's columns, in this order (the epoch first), evaluation only every third epoch and at the end.
+    assert [list(line) for line in lines] == [TRAIN_KEYS + ["time"]] * 2 + [TRAIN_KEYS + TEST_KEYS + ["time"]] * 2
+    assert [line["epoch"] for line in lines] == [1, 2, 3, 4]
+    assert [line["step"] for line in lines] == [steps, 2 * steps, 3 * steps, 4 * steps]
     # The schedule spans all the run's steps: it ends at 0 after the last one.
     assert [line["lr"] for line in lines] == pytest.approx(
-        [onecycle_lr(0.05, s, 3 * steps) for s in (steps, 2 * steps, 3 * steps)], abs=1e-12)
+        [onecycle_lr(0.05, s, 4 * steps) for s in (steps, 2 * steps, 3 * steps, 4 * steps)], abs=1e-12)
     for line in lines:
         assert isinstance(line["epoch_time_s"], float) and 0 < line["epoch_time_s"] < wall
         assert line["epoch_time_s"] == round(line["epoch_time_s"], 4)
         # This epoch's images over this epoch's time (not the run's images so far).
         assert line["images_per_second"] == pytest.approx(DIGITS_TRAIN / line["epoch_time_s"], rel=0.02)
-    assert result["world_size"] == 1 and result["epochs"] == 3 and result["steps"] == 3 * steps
+    assert result["world_size"] == 1 and result["epochs"] == 4 and result["steps"] == 4 * steps
     assert result["test_accuracy"] == lines[-1]["test_accuracy"] > 0.5
     assert result["test_loss"] == lines[-1]["test_loss"]
     assert result["train_loss"] == lines[-1]["train_loss"]
@@ -78,7 +84,7 @@ def test_result_and_epoch_lines_report_what_the_loop_did(tmp_path: Path) -> None
     assert isinstance(train_time, float) and train_time == round(train_time, 3)
     # Training time excludes evaluation, so it is below the epochs' time, and sets the throughput.
     assert 0 < train_time <= sum(line["epoch_time_s"] for line in lines) + 0.002
-    assert result["images_per_second"] == pytest.approx(3 * DIGITS_TRAIN / train_time, rel=0.05)
+    assert result["images_per_second"] == pytest.approx(4 * DIGITS_TRAIN / train_time, rel=0.05)
     final = torch.load(tmp_path / "model_final.pt")
     model = recipe.build(job, torch.device("cpu"), False)[0]
     assert final.keys() == model.state_dict().keys()
@@ -116,6 +122,32 @@ def test_train_loss_of_a_one_step_epoch_is_that_steps_loss(tmp_path: Path) -> No
     job, result = train(tmp_path, epochs=1, lr=1e-12, batch_size_per_rank=2048)
     assert result["steps"] == 1
     assert result["train_loss"] == pytest.approx(initial_losses(job, 0), rel=1e-6)
+    # The step's time counts as training time (throughput of images over positive seconds).
+    assert 0 < result["images_per_second"] < 1e9
+
+
+def test_augmentation_draws_from_the_steps_own_generator(tmp_path: Path) -> None:
+    """With `augment`, step k's crops and flips come from data.batch_generator(seed, epoch, k, rank)
+    (not torch's global RNG): the one step's loss is the untrained model's on exactly that augmentation."""
+    job, result = train(tmp_path, epochs=1, lr=1e-12, batch_size_per_rank=2048, augment=True)
+    torch.manual_seed(job.seed)
+    model = recipe.build(job, torch.device("cpu"), False)[0].eval()
+    dataset = data.load_digits()
+    sampler = DistributedSampler(range(len(dataset.train_y)), num_replicas=1, rank=0, shuffle=True, seed=job.seed)
+    order = torch.tensor(list(sampler))
+    x = data.prepare(dataset.train_x[order], dataset, True, data.batch_generator(job.seed, 0, 0, 0), False)
+    with torch.no_grad():
+        expected = F.cross_entropy(model(x), dataset.train_y[order]).item()
+    assert result["train_loss"] == pytest.approx(expected, rel=1e-6)
+    assert abs(expected - initial_losses(job, 0)) > 1e-4  # the augmentation changed the loss: it was applied
+
+
+def test_an_injected_failure_names_its_step_and_rank(tmp_path: Path) -> None:
+    from trainer.builtin import InjectedFailure
+
+    with pytest.raises(InjectedFailure, match=r"^injected failure at step 5 on rank 0 \(job\.fail_at\)$"):
+        train(tmp_path, epochs=1, fail_at="5:0")
+    assert not (tmp_path / "model_final.pt").exists()
 
 
 def test_stop_at_accuracy_ends_the_run_at_the_first_epoch_that_reaches_it(tmp_path: Path,
@@ -126,6 +158,9 @@ def test_stop_at_accuracy_ends_the_run_at_the_first_epoch_that_reaches_it(tmp_pa
     assert len(lines) < 8 and result["epochs"] == len(lines)
     assert accuracies[-1] >= 0.6 and all(a < 0.6 for a in accuracies[:-1])
     assert f"reached test accuracy {accuracies[-1]:.4f} >= 0.6" in capsys.readouterr().out
+    # Reaching the goal exactly counts: the same run with the first epoch's accuracy as its goal stops there.
+    _, again = train(tmp_path / "exact", epochs=8, lr=0.05, eval_every_epochs=100, stop_at_accuracy=accuracies[0])
+    assert again["epochs"] == 1
 
 
 def test_banner_names_the_run_and_where_a_resumed_attempt_starts(tmp_path: Path,
@@ -137,6 +172,29 @@ def test_banner_names_the_run_and_where_a_resumed_attempt_starts(tmp_path: Path,
     train(tmp_path, epochs=2, interrupt_at="29", batch_size_per_rank=32)
     assert ("[trainer] loop: mlp on digits, device cpu, batch 32/rank = 32 global, 43 steps/epoch, resuming "
             "epoch 1 at step 29\n") in capsys.readouterr().out
+
+
+def test_progress_log_lines_every_log_every_steps(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    train(tmp_path, epochs=2, lr=0.05, log_every_steps=10)
+    lines = [line for line in capsys.readouterr().out.splitlines() if re.match(r"\[trainer\] epoch \d+ step ", line)]
+    # Global steps 10, 20, 30 and 40: in epoch 1 at its steps 10 and 20, then in epoch 2 at its steps 8 and 18.
+    assert [line.split(" loss ")[0] for line in lines] == [
+        "[trainer] epoch 1 step 10/22", "[trainer] epoch 1 step 20/22",
+        "[trainer] epoch 2 step 8/22", "[trainer] epoch 2 step 18/22"]
+    assert all(re.fullmatch(r".* loss \d+\.\d{4} lr 0\.\d{5}", line) for line in lines), lines
+
+
+def test_progress_bar_counts_the_epochs_steps_from_where_an_attempt_resumes(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    def attempt() -> str:
+        """One attempt with a tqdm bar (what an interactive local run shows); its stderr."""
+        job = JobConfig(name="loop", epochs=1, batch_size_per_rank=32, interrupt_at="29", checkpoint_every_steps=0)
+        with contextlib.suppress(StopRequested):
+            run(job, RunSettings(run_dir=str(tmp_path), progress_bar=True), environ={})
+        return capsys.readouterr().err
+
+    assert re.search(r"epoch 1:\s+0%\|[^|]*\| 0/43 ", attempt())  # stopped at step 29
+    assert re.search(r"epoch 1:\s+67%\|[^|]*\| 29/43 ", attempt())  # resumed there
 
 
 @pytest.mark.parametrize("deterministic", [True, False])

@@ -11,7 +11,7 @@ Exact resume: the data order is a pure function of (seed, epoch), so the checkpo
 
 from __future__ import annotations
 
-import os
+import io
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainer import data, recipe, step
+from trainer import checkpoint, data, recipe, step
 from trainer.api import Context, steps_per_epoch
 from trainer.config import JobConfig
 
@@ -95,10 +95,9 @@ class Parts:
 
 
 def fit(ctx: Context, job: JobConfig) -> dict[str, Any]:
-    """Train `job` on this rank to the end (or to a stop) and return the final metrics (the same on every rank)."""
-    if job.deterministic and ctx.device.type == "cpu":
-        torch.use_deterministic_algorithms(True, warn_only=True)
-    torch.manual_seed(job.seed)  # same initial weights on every rank (DDP also broadcasts them)
+    """Train `job` on this rank to the end (or to a stop) and return the final metrics (the same on every rank).
+    The caller (trainer.userrun, as for any function) has seeded torch with `job.seed`, so every rank builds
+    the same initial weights (DDP also broadcasts them), and set `deterministic`."""
     parts = build(ctx, job)
     try:
         return train(ctx, job, parts)
@@ -139,7 +138,7 @@ def train(ctx: Context, job: JobConfig, parts: Parts) -> dict[str, Any]:
         ctx.log(metrics, loop.global_step)
         if not last:
             ctx.checkpoint(loop.global_step)  # every epoch end (the run's end needs none: model_final.pt)
-        if job.stop_at_accuracy and metrics.get("test_accuracy", 0) >= job.stop_at_accuracy:
+        if job.stop_at_accuracy and metrics["test_accuracy"] >= job.stop_at_accuracy:  # evaluated: see above
             ctx.print(f"reached test accuracy {metrics['test_accuracy']:.4f} >= {job.stop_at_accuracy}")
             break
     return finish(ctx, parts, loop)
@@ -193,16 +192,12 @@ def evaluate(ctx: Context, job: JobConfig, parts: Parts) -> dict[str, float]:
 
 
 def finish(ctx: Context, parts: Parts, loop: Loop) -> dict[str, Any]:
-    """Rank 0 saves model_final.pt; every rank returns the run's metrics."""
-    last = loop.history[-1]
-    evaluated = [h for h in loop.history if "test_accuracy" in h]
-    final = evaluated[-1] if evaluated else last
+    """Rank 0 saves model_final.pt; every rank returns what the run adds to its last epoch's line, which
+    the caller reports too (train loss, test loss and accuracy: the last epoch is always evaluated)."""
     if ctx.is_main:
-        tmp = ctx.run_dir / ".model_final.pt.tmp"
-        torch.save(parts.model.state_dict(), tmp)
-        os.replace(tmp, ctx.run_dir / "model_final.pt")
-    return {"world_size": ctx.world_size, "epochs": last["epoch"], "steps": loop.global_step,
-            "test_accuracy": final.get("test_accuracy"), "test_loss": final.get("test_loss"),
-            "train_loss": last["train_loss"],
+        buffer = io.BytesIO()
+        torch.save(parts.model.state_dict(), buffer)
+        checkpoint.atomic_write(ctx.run_dir / "model_final.pt", buffer.getvalue())  # as checkpoints are
+    return {"epochs": loop.epoch, "steps": loop.global_step,
             "images_per_second": loop.images_seen * ctx.world_size / max(loop.train_time, 1e-9),
             "train_time_s": round(loop.train_time, 3)}
