@@ -29,9 +29,21 @@ def write_cifar10(root: Path, train_x: np.ndarray, train_y: np.ndarray, test_x: 
     for i, (xs, ys) in enumerate(zip(np.array_split(train_x, 5), np.array_split(train_y, 5)), start=1):
         dump(f"data_batch_{i}", xs, ys)
     dump("test_batch", test_x, test_y)
-    with open(folder / "batches.meta", "wb") as fh:
-        pickle.dump({"label_names": CLASSES, "num_cases_per_batch": len(train_x) // 5, "num_vis": 3072}, fh)
+    (folder / "batches.meta").write_bytes(python2_pickle_of_names("label_names", CLASSES))
     return folder
+
+
+def python2_pickle_of_names(key: str, names: list[str]) -> bytes:
+    """{key: names} as the real batches.meta holds it: pickled by Python 2, whose `str` values are
+    bytes that Python 3 decodes only with an `encoding` (torchvision passes latin1). Protocol 2:
+    PROTO 2, EMPTY_DICT, SHORT_BINSTRING key, EMPTY_LIST, MARK, SHORT_BINSTRING each name, APPENDS,
+    SETITEM, STOP."""
+    def short_binstring(text: str) -> bytes:
+        raw = text.encode("latin1")
+        return b"U" + bytes([len(raw)]) + raw
+
+    return (b"\x80\x02}" + short_binstring(key) + b"](" + b"".join(short_binstring(n) for n in names)
+            + b"es.")
 
 
 def random_cifar10(root: Path, n_train: int = 500, n_test: int = 100, seed: int = 0) -> Path:

@@ -77,8 +77,8 @@ def _crops(image: torch.Tensor, pad: int) -> dict[tuple[int, int, bool], torch.T
 def test_random_crop_flip_is_a_crop_within_the_padding_and_a_flip() -> None:
     d = _dataset(512)
     x = d.train_x
-    pad = 4
-    out = data.random_crop_flip(x, data.batch_generator(0, 0, 0, 0), pad=pad)
+    pad = 4  # the default, which prepare() uses: torchvision's CIFAR recipe
+    out = data.random_crop_flip(x, data.batch_generator(0, 0, 0, 0))
     assert out.shape == x.shape and out.dtype == torch.uint8
     seen = set()
     for i in range(len(x)):
@@ -87,6 +87,8 @@ def test_random_crop_flip_is_a_crop_within_the_padding_and_a_flip() -> None:
         seen.update(matches)
     # Over 512 images every shift in [0, 2*pad] and both flips occur: shifts are not stuck at 0.
     assert {k[0] for k in seen} == set(range(2 * pad + 1)) == {k[1] for k in seen}
+    # Rows and columns shift independently: most of the 81 (row, column) pairs occur, not only the diagonal.
+    assert len({k[:2] for k in seen}) > 60
     assert {k[2] for k in seen} == {False, True}
     flipped = sum(1 for k in seen if k[2])
     assert 0.3 < flipped / len(seen) < 0.7
@@ -115,10 +117,15 @@ def test_prepare_with_augmentation_normalises_the_crop() -> None:
     torch.testing.assert_close(out, reference, atol=1e-5, rtol=1e-5)
 
 
-def test_channel_stats_are_exact() -> None:
-    x = torch.randint(0, 256, (50, 3, 8, 8), dtype=torch.uint8)
+@pytest.mark.parametrize("shape", [(50, 3, 8, 8), (1, 1, 1, 2), (1, 2, 1, 1)], ids=["images", "two-pixels", "one-pixel"])
+def test_channel_stats_are_exact(shape: tuple[int, ...]) -> None:
+    """The sample standard deviation (n - 1), as torch.std; one pixel per channel has none (0)."""
+    x = torch.randint(0, 256, shape, dtype=torch.uint8)
     mean, std = data.channel_stats(x)
-    flat = x.double().div(255).transpose(0, 1).reshape(3, -1)
+    if shape[0] * shape[2] * shape[3] == 1:
+        assert std.tolist() == [0.0] * shape[1]
+        return
+    flat = x.double().div(255).transpose(0, 1).reshape(shape[1], -1)
     torch.testing.assert_close(mean.double(), flat.mean(1), atol=1e-6, rtol=0)
     torch.testing.assert_close(std.double(), flat.std(1), atol=1e-6, rtol=0)
 
@@ -148,3 +155,49 @@ def test_stratified_test_indices() -> None:
     assert len(test) == 5 and len(set(test.tolist())) == 5
     assert sorted(np.bincount(labels[test], minlength=3).tolist()) == [1, 2, 2]
     assert test.tolist() == data.stratified_test_indices(labels, 0.25, seed=0).tolist()
+
+
+def test_digits_are_sklearns_images_in_bytes_and_its_labels() -> None:
+    """The 16 grey levels of scikit-learn's digits scaled to 0-255, split by the documented seed (1)."""
+    import numpy as np
+    from sklearn.datasets import load_digits
+
+    reference = load_digits()
+    images = np.round(reference.images * 255 / 16).astype(np.uint8)[:, None]
+    test = data.stratified_test_indices(reference.target, 0.25, seed=1)
+    train = np.setdiff1d(np.arange(len(reference.target)), test)
+    d = data.load_digits()
+    assert torch.equal(d.train_x, torch.from_numpy(images[train])) and torch.equal(d.test_x, torch.from_numpy(images[test]))
+    assert d.train_y.tolist() == reference.target[train].tolist() and d.test_y.tolist() == reference.target[test].tolist()
+    assert int(d.train_x.max()) == 255  # level 16 is white
+
+
+def test_digits_without_scikit_learn_say_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = data.importlib.util.find_spec
+    monkeypatch.setattr(data.importlib.util, "find_spec", lambda name, *a: None if name == "sklearn" else real(name, *a))
+    with pytest.raises(data.DataError) as err:
+        data.load_digits()
+    assert str(err.value) == ("the digits data ships with scikit-learn, which is not installed here "
+                              "(pip install scikit-learn)")
+
+
+def test_synthetic_cifar10_is_a_function_of_its_seed_with_every_class_and_noise_per_image() -> None:
+    torch.manual_seed(0)
+    a = data.load_synthetic_cifar10(300, 20, seed=3)
+    torch.manual_seed(1)  # torch's global RNG plays no part
+    b = data.load_synthetic_cifar10(300, 20, seed=3)
+    assert all(torch.equal(x, y) for x, y in zip((a.train_x, a.train_y, a.test_x), (b.train_x, b.train_y, b.test_x)))
+    assert not torch.equal(a.train_x, data.load_synthetic_cifar10(300, 20, seed=4).train_x)
+    assert sorted(set(a.train_y.tolist())) == list(range(10))
+    # Half class template, half noise, both uniform in [0, 1): pixels average mid-grey, none wrapped around.
+    assert 120 < a.train_x.double().mean() < 135 and a.train_x.double().std() < 60
+    same_class = a.train_x[a.train_y == a.train_y[0]]
+    assert not torch.equal(same_class[0], same_class[1])  # each image draws its own noise
+
+
+@pytest.mark.parametrize(("key", "seed"), [((0, 1, 2, 3), 1009005048), ((7, 3, 100, 1), 7063045405173549),
+                                           ((10**6, 2, 5, 1), 3658501993928448028)])
+def test_augmentation_seeds_are_those_earlier_runs_used(key: tuple[int, int, int, int], seed: int) -> None:
+    """Recorded values, not recomputed: a checkpoint written by an earlier version resumes with the
+    same crops only while this mixing stays the same. The last key's mix is above 2**63 (reduced)."""
+    assert data.batch_generator(*key).initial_seed() == seed

@@ -108,7 +108,7 @@ def stratified_test_indices(labels, fraction: float, seed: int):  # numpy in and
     return np.sort(np.concatenate(chosen))
 
 
-def load_synthetic_cifar10(train_size: int, test_size: int, seed: int = 0) -> TensorDataset:
+def load_synthetic_cifar10(train_size: int, test_size: int, seed: int) -> TensorDataset:
     """CIFAR-10-shaped images with a learnable class signal, made locally (benchmarks, tests)."""
     g = torch.Generator().manual_seed(seed)
     templates = torch.rand(10, 3, 32, 32, generator=g)
@@ -165,7 +165,7 @@ def load_cifar10(root: Path, download: bool, verify_checksums: bool = True) -> T
                         test.targets)
 
 
-def fetch_cifar10(root: Path, verify_checksums: bool = True) -> None:
+def fetch_cifar10(root: Path, verify_checksums: bool) -> None:
     """Download CIFAR-10 if missing (called by one rank per node while the others wait)."""
     root.mkdir(parents=True, exist_ok=True)
     try:
