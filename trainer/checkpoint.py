@@ -90,6 +90,8 @@ def read(path: Path) -> dict[str, Any]:
 
 @dataclass
 class Loaded:
+    """The newest checkpoint that loaded, and the newer ones that did not."""
+
     state: dict[str, Any]
     path: Path
     # Newer checkpoints that failed to load, with the reason (reported, then skipped).

@@ -25,6 +25,8 @@ DATASETS = ("digits", "cifar10", "synthetic-cifar10")
 
 @dataclass
 class JobConfig:
+    """A job (jobs/*.yaml): what to train and how; every key is documented in the README."""
+
     name: str = "job"
     # Your own code instead of the built-in recipe: "package.module:function", called once per rank
     # with a trainer.api.Context (see the README, "Your own training code"). The recipe keys below

@@ -28,6 +28,8 @@ class DataError(RuntimeError):
 
 @dataclass
 class TensorDataset:
+    """A dataset held as tensors: uint8 images, int64 labels and the training images' channel statistics."""
+
     train_x: torch.Tensor  # uint8, N x C x H x W
     train_y: torch.Tensor  # int64, N
     test_x: torch.Tensor

@@ -37,6 +37,8 @@ TABLES: dict[str, dict[str, str]] = {
 
 @dataclass(frozen=True)
 class DistEnv:
+    """This process's place in the run (rank, world size, rendezvous), derived from its environment."""
+
     launcher: str  # "torchrun", "local", "slurm" or "single"
     rank: int
     world_size: int

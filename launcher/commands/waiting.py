@@ -31,6 +31,8 @@ from launcher.rundir.states import ACTIVE, task_states
 
 @dataclass
 class Outcome:
+    """How a waited-for run ended: its result, or the ranks that failed."""
+
     result: dict[str, Any] | None
     # (rank, short error, traceback text) for every rank that failed, the root cause first.
     failures: list[Failure] = field(default_factory=list)

@@ -21,11 +21,12 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 PROFILES_DIR = lookup.shipped_dir(PROJECT_ROOT / "launcher", "cluster_profiles")
 DEFAULT_PROFILE = "local"
 SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "URG")
-_TIME_UNITS = re.compile(r"^[A-Za-z0-9_.,:+=@/ -]*$")
 
 
 @dataclass
 class Profile:
+    """A cluster profile (cluster_profiles/*.yaml): where and with what resources a job runs."""
+
     name: str = ""
     # local: N processes on this machine; debug: in-process (pdb works); slurm: sbatch through submitit.
     executor: Literal["local", "debug", "slurm"] = "local"

@@ -17,6 +17,8 @@ SCOPES = ("job", "profile")
 
 @dataclass
 class Resolved:
+    """A profile and a job after `extends`, `--set` and validation, with the files they came from."""
+
     profile: Profile
     job: JobConfig
     profile_source: str

@@ -12,9 +12,11 @@ import re
 TIME_FORMATS = ("minutes (90), MM:SS, HH:MM:SS (1:30:00), D-HH (1-12), D-HH:MM or D-HH:MM:SS (2-00:00:00)")
 MEMORY_FORMATS = "a size with a unit such as 500M, 64G or 1.5T (a bare number is megabytes, as in SLURM)"
 
-_DAYS = re.compile(r"^(\d+)-(\d+)(?::(\d+))?(?::(\d+))?$")
-_CLOCK = re.compile(r"^(\d+)(?::(\d+))?(?::(\d+))?$")
-_MEMORY = re.compile(r"^(\d+(?:\.\d+)?|\.\d+)\s*([KMGT]?)B?$", re.IGNORECASE)
+# Pattern strings: re compiles (and caches) each on first use, so a profile that gives its time and
+# memory as plain numbers never pays for compiling them.
+_DAYS = r"^(\d+)-(\d+)(?::(\d+))?(?::(\d+))?$"
+_CLOCK = r"^(\d+)(?::(\d+))?(?::(\d+))?$"
+_MEMORY = r"(?i)^(\d+(?:\.\d+)?|\.\d+)\s*([KMGT]?)B?$"
 _MB_PER_UNIT = {"K": 1 / 1024, "": 1, "M": 1, "G": 1024, "T": 1024 * 1024}
 
 
@@ -31,10 +33,10 @@ def time_minutes(value: int | float | str) -> int:
         return int(value)
     text = value.strip()
     days, hours, minutes, seconds, has_hours = 0, 0, 0, 0, True
-    if match := _DAYS.match(text):
+    if match := re.match(_DAYS, text):
         d, h, m, s = match.groups()
         days, hours, minutes, seconds = int(d), int(h), int(m or 0), int(s or 0)
-    elif match := _CLOCK.match(text):
+    elif match := re.match(_CLOCK, text):
         parts = [int(p) for p in match.groups() if p is not None]
         has_hours = len(parts) == 3
         if len(parts) == 3:
@@ -53,7 +55,7 @@ def memory_mb(value: int | float | str) -> int:
     reads `--mem=4000`); ValueError otherwise."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise ValueError(MEMORY_FORMATS)
-    match = _MEMORY.match(str(value).strip())
+    match = re.match(_MEMORY, str(value).strip())
     if not match:
         raise ValueError(MEMORY_FORMATS)
     number, unit = float(match.group(1)), match.group(2).upper()

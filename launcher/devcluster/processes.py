@@ -30,6 +30,8 @@ START_ORDER = ["mariadb", "munged", "slurmdbd", "slurmctld", "slurmd-"]
 
 @dataclass(frozen=True)
 class Daemon:
+    """A daemon of the dev cluster, by the name of its pid and log files and its command line."""
+
     name: str  # stem of its pid and log files, e.g. "slurmd-cpu1"
     argv: list[str]
 

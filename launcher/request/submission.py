@@ -42,6 +42,8 @@ class TaskSpec:
 
 @dataclass
 class Submission:
+    """Everything one submission sends, as data: what `--dry-run` prints and `send` queues."""
+
     executor: str  # local, debug or slurm
     run_dir: Path
     log_dir: Path

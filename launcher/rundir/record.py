@@ -136,6 +136,8 @@ def read_tasks(run_dir: Path) -> dict[int, dict[str, Any]]:
 
 @dataclass
 class RunInfo:
+    """A run folder and its run.json, as `status`, `logs`, `cancel` and `--resume` find it."""
+
     run_dir: Path
     record: dict[str, Any]
 

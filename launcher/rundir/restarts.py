@@ -33,6 +33,8 @@ CAUSES = {
 
 @dataclass
 class Restart:
+    """One restart of a task: why, when, under which job id, and the steps it stopped and resumed at."""
+
     cause: str  # a key of CAUSES
     time: float
     job_id: str
@@ -45,6 +47,8 @@ class Restart:
 
 @dataclass
 class Restarts:
+    """A task's restarts, oldest first (from its events.jsonl)."""
+
     restarts: list[Restart] = field(default_factory=list)
 
     @property

@@ -38,6 +38,8 @@ FINAL = ("completed", "failed", "cancelled", "timeout")
 
 @dataclass
 class TaskState:
+    """One task's state as the scheduler, the run folder or its process last showed it."""
+
     task: int
     job_id: str
     state: str

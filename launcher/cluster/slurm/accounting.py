@@ -42,6 +42,8 @@ SQUEUE_FIELDS = {"JobArrayID": "JOBID", "State": "STATE", "RestartCnt": "RESTART
 
 @dataclass
 class SchedulerRecord:
+    """One job's (or array task's) record from sacct or squeue, in our state names."""
+
     job_id: str
     state: str  # ours (see STATES)
     slurm_state: str

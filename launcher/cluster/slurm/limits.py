@@ -33,6 +33,8 @@ class SlurmUnavailable(ConfigError):
 
 @dataclass(frozen=True)
 class Node:
+    """What one SLURM node offers, as scontrol reports it."""
+
     name: str
     cpus: int
     memory_mb: int
@@ -41,6 +43,8 @@ class Node:
 
 @dataclass(frozen=True)
 class Partition:
+    """A SLURM partition's limits and nodes, as scontrol reports them."""
+
     name: str
     default: bool
     max_time_min: int | None  # None: UNLIMITED

@@ -19,7 +19,8 @@ from typing import Any
 from launcher.cluster.slurm.srun import SRUN_ARGS
 from trainer.schema import ConfigError
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# A pattern string: re compiles (and caches) it on first use, so a local submission never pays for it.
+_CONTROL = r"[\x00-\x1f\x7f]"
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,7 @@ def check_one_line(values: dict[str, str]) -> None:
     """Values written into `#SBATCH --key=value` lines must stay on their line: submitit quotes them
     for sbatch, but a newline would end the directive and start a shell command in the script."""
     for key, value in values.items():
-        found = _CONTROL.search(value)
+        found = re.search(_CONTROL, value)
         if found:
             raise ConfigError(f"{key}: {value!r} contains the control character {found.group()!r}; "
                               f"SLURM options are single-line text")

@@ -12,14 +12,15 @@ import re
 # instead of leaving its peers waiting in a collective.
 SRUN_ARGS = ("--kill-on-bad-exit=1",)
 
-_SRUN_TASK = re.compile(r"^srun: error: (?P<node>\S+): tasks? (?P<ranks>[\d,-]+): (?P<what>.+)$")
+# A pattern string: re compiles (and caches) it on first use, so a submission never pays for it.
+_SRUN_TASK = r"^srun: error: (?P<node>\S+): tasks? (?P<ranks>[\d,-]+): (?P<what>.+)$"
 
 
 def task_failures(log_text: str) -> list[tuple[int, str]]:
     """(rank, srun's line) for every task srun reported as failed, in the order it reported them."""
     out: list[tuple[int, str]] = []
     for line in log_text.splitlines():
-        match = _SRUN_TASK.match(line.strip())
+        match = re.match(_SRUN_TASK, line.strip())
         if not match:
             continue
         for part in match.group("ranks").split(","):
