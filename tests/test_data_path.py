@@ -59,6 +59,7 @@ def test_prepare_without_augmentation_normalises_exactly() -> None:
         assert out.shape == (16, 3, 32, 32) and out.dtype == torch.float32
         assert out.is_contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
         torch.testing.assert_close(out, reference, atol=1e-5, rtol=1e-5)
+    assert data.prepare(x, d, augment=False, gen=None).is_contiguous()  # the default layout: NCHW
     assert d.train_x.dtype == torch.uint8  # held as bytes; floats only per batch
 
 
@@ -170,6 +171,9 @@ def test_digits_are_sklearns_images_in_bytes_and_its_labels() -> None:
     assert torch.equal(d.train_x, torch.from_numpy(images[train])) and torch.equal(d.test_x, torch.from_numpy(images[test]))
     assert d.train_y.tolist() == reference.target[train].tolist() and d.test_y.tolist() == reference.target[test].tolist()
     assert int(d.train_x.max()) == 255  # level 16 is white
+    # Normalised by the training images' own statistics (the test images' are never looked at).
+    mean, std = data.channel_stats(d.train_x)
+    assert torch.equal(d.mean, mean) and torch.equal(d.std, std)
 
 
 def test_digits_without_scikit_learn_say_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
