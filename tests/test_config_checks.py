@@ -140,9 +140,9 @@ def test_a_folder_that_exists_or_can_be_made_passes(tmp_path: Path) -> None:
 
 
 def read_only_folder(tmp_path: Path) -> Path:
-    """A real folder that access() (what the check asks) says this user cannot write. A read-only
-    folder, unless this user is root (root writes there anyway): then a folder of a read-only mount,
-    such as /proc/sys in a container."""
+    """A real folder that access() (what the check asks) says this user cannot write: a folder made
+    read-only, unless this user is root (root writes there anyway); then /proc/sys, whose top folder
+    Linux lets nobody write (not even root), or a read-only mount."""
     folder = tmp_path / "ro"
     folder.mkdir()
     folder.chmod(0o555)
@@ -152,7 +152,7 @@ def read_only_folder(tmp_path: Path) -> Path:
     for candidate in candidates:
         if candidate.is_dir() and not os.access(candidate, os.W_OK | os.X_OK):
             return candidate
-    pytest.fail("no folder here that this user cannot write (root, and no read-only mount)")
+    pytest.fail("no folder here that this user cannot write (root, no /proc/sys, no read-only mount)")
 
 
 def test_a_read_only_folder_is_not_writable_here(tmp_path: Path) -> None:
