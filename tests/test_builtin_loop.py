@@ -22,6 +22,7 @@ from torch.utils.data import DistributedSampler
 
 from tests.cifar_format import random_cifar10
 from trainer import data, recipe
+from trainer.builtin import InjectedFailure
 from trainer.config import JobConfig, RunSettings
 from trainer.stopping import StopRequested
 from trainer.train import run
@@ -91,9 +92,10 @@ def test_result_and_epoch_lines_report_what_the_loop_did(tmp_path: Path) -> None
     assert not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob(".*.tmp"))
 
 
-def initial_losses(job: JobConfig, epoch: int) -> float:
+def initial_losses(job: JobConfig, epoch: int, augment: bool = False) -> float:
     """The mean over one epoch's batches of the untrained model's batch loss, in the order torch's
-    DistributedSampler (one replica, set_epoch) gives: what the loop reports when lr is ~0."""
+    DistributedSampler (one replica, set_epoch) gives: what the loop reports when lr is ~0. With
+    `augment`, step k's batch is cropped and flipped by data.batch_generator(seed, epoch, k, rank 0)."""
     torch.manual_seed(job.seed)
     model = recipe.build(job, torch.device("cpu"), False)[0].eval()
     dataset = data.load_digits()
@@ -102,8 +104,9 @@ def initial_losses(job: JobConfig, epoch: int) -> float:
     order = torch.tensor(list(sampler))
     losses = []
     with torch.no_grad():
-        for batch in order.split(job.batch_size_per_rank):
-            x = data.prepare(dataset.train_x[batch], dataset, False, None, False)
+        for step, batch in enumerate(order.split(job.batch_size_per_rank)):
+            gen = data.batch_generator(job.seed, epoch, step, 0) if augment else None
+            x = data.prepare(dataset.train_x[batch], dataset, augment, gen, False)
             losses.append(F.cross_entropy(model(x), dataset.train_y[batch]).item())
     return sum(losses) / len(losses)
 
@@ -130,21 +133,12 @@ def test_augmentation_draws_from_the_steps_own_generator(tmp_path: Path) -> None
     """With `augment`, step k's crops and flips come from data.batch_generator(seed, epoch, k, rank)
     (not torch's global RNG): the one step's loss is the untrained model's on exactly that augmentation."""
     job, result = train(tmp_path, epochs=1, lr=1e-12, batch_size_per_rank=2048, augment=True)
-    torch.manual_seed(job.seed)
-    model = recipe.build(job, torch.device("cpu"), False)[0].eval()
-    dataset = data.load_digits()
-    sampler = DistributedSampler(range(len(dataset.train_y)), num_replicas=1, rank=0, shuffle=True, seed=job.seed)
-    order = torch.tensor(list(sampler))
-    x = data.prepare(dataset.train_x[order], dataset, True, data.batch_generator(job.seed, 0, 0, 0), False)
-    with torch.no_grad():
-        expected = F.cross_entropy(model(x), dataset.train_y[order]).item()
+    expected = initial_losses(job, 0, augment=True)
     assert result["train_loss"] == pytest.approx(expected, rel=1e-6)
     assert abs(expected - initial_losses(job, 0)) > 1e-4  # the augmentation changed the loss: it was applied
 
 
 def test_an_injected_failure_names_its_step_and_rank(tmp_path: Path) -> None:
-    from trainer.builtin import InjectedFailure
-
     with pytest.raises(InjectedFailure, match=r"^injected failure at step 5 on rank 0 \(job\.fail_at\)$"):
         train(tmp_path, epochs=1, fail_at="5:0")
     assert not (tmp_path / "model_final.pt").exists()
