@@ -2,7 +2,7 @@
 
 They live at the checkout's top level (`cluster_profiles/`, `jobs/`: where `python submit.py` and
 the README point); in a wheel they become package data inside the packages that read them
-(`launcher/cluster_profiles/`, `trainer/jobs/`), found by `trainer.lookup.shipped_dir`.
+(`launcher/cluster_profiles/`, `trainer/jobs/`), found by `trainer.config.lookup.shipped_dir`.
 """
 
 from setuptools import find_packages, setup

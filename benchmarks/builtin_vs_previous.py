@@ -1,4 +1,4 @@
-"""The built-in `cifar10` job on the public API (trainer.builtin) vs the previous private Trainer path.
+"""The built-in `cifar10` job on the public API (trainer.recipes.training) vs the previous private Trainer path.
 
     python benchmarks/builtin_vs_previous.py [--against 8cbe9dd] [--repeat 3] [--epochs 1] [--ranks 1]
 
@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common  # noqa: E402
 
-DEFAULT_AGAINST = "8cbe9dd"  # the last commit with the private Trainer (trainer/train.py)
+DEFAULT_AGAINST = "8cbe9dd"  # the last commit with the private Trainer (trainer/runners/dispatch.py)
 
 
 def unpack(rev: str, into: Path) -> Path:

@@ -38,7 +38,7 @@ def main() -> None:
     args = parser.parse_args()
     print(common.load_note())
     root = common.synthetic_cifar10()
-    from trainer.config import load_job
+    from trainer.config.job import load_job
 
     rows = []
     for job, batch in (("cifar10-seed", None), ("cifar10", None), ("cifar10", 512)):

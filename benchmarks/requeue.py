@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 from submitter import cluster_env  # noqa: E402
 
-from trainer import events  # noqa: E402 - common put the project on sys.path
+from trainer.rank import events  # noqa: E402 - common put the project on sys.path
 
 JOB = {"name": "requeue-bench", "model": "lenet", "dataset": "synthetic-cifar10", "synthetic_train_size": 20000,
        "synthetic_test_size": 1000, "epochs": 6, "batch_size_per_rank": 64, "eval_every_epochs": 6,

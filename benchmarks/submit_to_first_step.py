@@ -3,7 +3,7 @@
     python benchmarks/submit_to_first_step.py [--job digits] [--repeat 3]
 
 Submits the job to the SLURM dev cluster (profile dev-cluster: 2 nodes x 1 rank) and reads the
-marks every rank writes to RUN_DIR/startup/rank-N.json (trainer/startup.py): the process's start
+marks every rank writes to RUN_DIR/startup/rank-N.json (trainer/rank/timing.py): the process's start
 (from /proc), run() entered, process group formed, data ready, first step done. Phases:
 
   submitter     submit.py start -> sbatch returned (the submit.py process's wall time)

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common  # noqa: E402
 
-from trainer.config import load_job  # noqa: E402 - no torch: config only
+from trainer.config.job import load_job  # noqa: E402 - no torch: config only
 
 
 def seed_throughput(data_root: Path, epochs: int, threads: int) -> dict:

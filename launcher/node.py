@@ -40,9 +40,13 @@ from submitit.core.utils import UncompletedJobError
 from submitit.helpers import Checkpointable
 
 from launcher import submitit_private
-from trainer import distenv, events
-from trainer.config import JobConfig, RunSettings
-from trainer.stopping import TERMINATE, StopRequested, StopSignals
+from trainer.config.job import JobConfig, RunSettings
+from trainer.config.lookup import CODE_ROOT
+from trainer.dist import environment
+from trainer.rank import events
+from trainer.rank.rundir import CHECKPOINTS_DIR
+from trainer.rank.stopping import TERMINATE, StopRequested, StopSignals
+from trainer.runners import dispatch
 
 # Exit code of ranks that stopped on SIGTERM (128 + 15, what the signal itself would give).
 TERMINATED_EXIT_CODE = 143
@@ -138,17 +142,9 @@ class TrainTask(Checkpointable):
         stops.install()
         try:
             self.announce(settings)
-            if self.job.script:  # the script in a child process per rank: no process group here
-                from trainer import scriptrun  # torch: only after the stop handlers are in place (above)
-
-                result = scriptrun.run(self.job, settings, distenv.resolve(os.environ), stops, on_stop=requeue)
-            else:
-                from trainer.train import run  # torch: only after the stop handlers are in place (above)
-
-                result = run(self.job, settings, on_stop=requeue, stops=stops)
+            result = dispatch.run_job(self.job, settings, on_stop=requeue, stops=stops)
             # Which interpreter and which code ran (the profile's `python`; the run's code snapshot).
-            code = str(Path(__file__).resolve().parents[1])
-            return {**result, "python": sys.executable, "code": code} if isinstance(result, dict) else result
+            return {**result, "python": sys.executable, "code": str(CODE_ROOT)}
         except StopRequested as stop:
             self.exit_after_stop(stop)
             raise  # not reached: exit_after_stop always raises
@@ -158,7 +154,7 @@ class TrainTask(Checkpointable):
     def announce(self, settings: RunSettings) -> None:
         """Mark the start of this attempt in every rank's log (submitit appends each restart to the
         same files) and, on rank 0, in the run's event log."""
-        env = distenv.resolve(os.environ)
+        env = environment.resolve(os.environ)
         restart = os.environ.get("SLURM_RESTART_COUNT", "0")
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
         slurm = f", SLURM restart count {restart}" if "SLURM_JOB_ID" in os.environ else ""
@@ -189,7 +185,7 @@ class TrainTask(Checkpointable):
             raise SystemExit(TERMINATED_EXIT_CODE)
         why = str(info.get("message") or info.get("reason") or "unknown").rstrip(".")
         task_dir = Path(self.settings.run_dir)
-        kept = f"The checkpoint of step {step} is in {task_dir / 'checkpoints'}; " if step >= 0 else ""
+        kept = f"The checkpoint of step {step} is in {task_dir / CHECKPOINTS_DIR}; " if step >= 0 else ""
         raise NotRequeued(
             f"stopped{at} on SIG{name} ({info.get('reason', 'stop signal')}) and not requeued: {why}. "
             f"{kept}continue with: python submit.py --resume {self.run_root}") from None
@@ -212,7 +208,7 @@ OTHER_VARIABLES = ("SLURM_JOB_ID", "SLURM_CPUS_PER_TASK", "SUBMITIT_PREEMPT_SIGN
 
 def probe_task() -> dict[str, Any]:
     """`submit.py probe`, once per task on the node: where am I, and what did SLURM give me? (torch-free)"""
-    where = distenv.resolve(os.environ)
+    where = environment.resolve(os.environ)
     report: dict[str, Any] = {
         "rank": where.rank, "world_size": where.world_size, "local_rank": where.local_rank,
         "node": os.environ.get("SLURMD_NODENAME", socket.gethostname()),

@@ -7,7 +7,7 @@ request code of launcher/), first runs the fast in-process tests listed there on
 reach which function, then runs only those tests against each mutant. A mutant is killed when a test
 fails. This prints the kill rate and every survivor (`mutmut show NAME` shows its diff).
 
-PATTERN (fnmatch over mutant names, e.g. 'launcher.config.*' or 'trainer.checkpoint.*') limits the run
+PATTERN (fnmatch over mutant names, e.g. 'launcher.config.*' or 'trainer.rank.checkpoint.*') limits the run
 to some modules, and every mutant it matches is tested again. mutmut keeps results in mutants/. After
 adding tests, --survivors tests again only the survivors (and timeouts) of the patterns' last run: mutmut
 keeps a survivor's verdict even when a new test would kill it, and the new tests' reach is traced first.

@@ -1,6 +1,6 @@
 """Helpers for tests/test_training_semantics.py: what a spawned rank runs, and how a test watches training.
 
-Everything here observes training from the outside, through public names only: `trainer.train.run`,
+Everything here observes training from the outside, through public names only: `trainer.runners.dispatch.run_job`,
 the job and run settings, and torch's global module hooks (the model's inputs and outputs in training
 mode are exactly what training consumed and produced). Nothing reads the Trainer's attributes.
 """
@@ -44,7 +44,7 @@ class Recorder:
 
 def is_job_model(module: nn.Module) -> bool:
     """The network build_model made (not DDP around it, not its layers)."""
-    from trainer import models
+    from trainer.recipes import models
 
     return isinstance(module, (models.MLP, DropoutMLP))
 
@@ -85,12 +85,12 @@ def build_dropout_model(name: str, num_classes: int = 10) -> nn.Module:
 
 @contextmanager
 def patched_build_model(replacement: Any) -> Iterator[None]:
-    """Replace trainer.models.build_model, and every trainer module's own binding of it
-    (`from trainer.models import build_model`), wherever the training loop's code lives."""
-    import trainer.models
-    import trainer.train  # noqa: F401 - loads the modules that bind build_model
+    """Replace trainer.recipes.models.build_model, and every trainer module's own binding of it
+    (`from trainer.recipes.models import build_model`), wherever the training loop's code lives."""
+    import trainer.recipes.models
+    import trainer.recipes.components  # noqa: F401 - loads the modules that bind build_model
 
-    original = trainer.models.build_model
+    original = trainer.recipes.models.build_model
     patched = []
     for name, module in list(sys.modules.items()):
         if (name == "trainer" or name.startswith("trainer.")) and getattr(module, "build_model", None) is original:
@@ -133,13 +133,13 @@ def rank_environment(rank: int, world_size: int, port: int, run_id: str) -> dict
 def rank_main(rank: int, world_size: int, tasks: list[dict[str, Any]], out_dir: str) -> None:
     """Run `tasks` one after another on this rank; each writes OUT_DIR/TAG-rankR.pt.
 
-    A task: tag, job (JobConfig fields), run_dir, ports (one per run() call: a stop ends a call and
+    A task: tag, job (JobConfig fields), run_dir, ports (one per run_job() call: a stop ends a call and
     the next call resumes from the checkpoint), dropout (train DropoutMLP), stop_after_first (return
     after the first stop, as a process that is requeued would).
     """
-    from trainer.config import JobConfig, RunSettings
-    from trainer.stopping import StopRequested
-    from trainer.train import run
+    from trainer.config.job import JobConfig, RunSettings
+    from trainer.rank.stopping import StopRequested
+    from trainer.runners.dispatch import run_job
 
     for task in tasks:
         stops: list[int] = []
@@ -150,7 +150,7 @@ def rank_main(rank: int, world_size: int, tasks: list[dict[str, Any]], out_dir: 
                 env = rank_environment(rank, world_size, port, f"semantics-{task['tag']}-{attempt}")
                 settings = RunSettings(run_dir=task["run_dir"], init_timeout_s=60, collective_timeout_s=60)
                 try:
-                    result = run(JobConfig(**task["job"]), settings, environ=env)
+                    result = run_job(JobConfig(**task["job"]), settings, environ=env)
                     break
                 except StopRequested as stop:
                     stops.append(stop.step)

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from launcher.cluster.slurm.capacity import association_max_submit, check_room
-from trainer.schema import ConfigError
+from trainer.config.schema import ConfigError
 
 pytestmark = pytest.mark.slurm
 

@@ -8,7 +8,6 @@ import pytest
 
 from tests.helpers import run_submit
 
-
 # (id, files to write {relative name: text}, arguments, substrings the error must contain)
 CASES = [
     ("unknown profile name", {}, ["--profile", "nope"], ["profile 'nope' not found", "local", "slurm-gpu"]),
@@ -286,7 +285,7 @@ MORE_CASES = [
      ["--after", "not a run folder"]),
 ]
 
-# YAML itself (trainer/yamlio.py, read by trainer.schema.read_yaml): duplicate keys, alias bombs,
+# YAML itself (trainer/config/yamlio.py, read by trainer.config.schema.read_yaml): duplicate keys, alias bombs,
 # deep nesting, text that is not UTF-8, empty files.
 YAML_CASES = [
     ("duplicate key in a job file", {"j.yaml": "extends: digits\nepochs: 2\nepochs: 3\n"}, ["--job", "{j.yaml}"],

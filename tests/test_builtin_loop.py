@@ -1,4 +1,4 @@
-"""The built-in loop (`trainer.builtin.fit`) on one rank, in this process: what it returns, writes and
+"""The built-in loop (`trainer.recipes.training.fit`) on one rank, in this process: what it returns, writes and
 prints, checked against computations made here with torch's own DistributedSampler and loss.
 
 In-process on purpose: the mutation run (tests/mutation.py) traces only this process. What needs two
@@ -21,18 +21,18 @@ import torch.nn.functional as F
 from torch.utils.data import DistributedSampler
 
 from tests.cifar_format import random_cifar10
-from trainer import data, recipe
-from trainer.builtin import InjectedFailure
-from trainer.config import JobConfig, RunSettings
-from trainer.stopping import StopRequested
-from trainer.train import run
+from trainer.config.job import JobConfig, RunSettings
+from trainer.rank.stopping import StopRequested
+from trainer.recipes import components, data
+from trainer.recipes.training import InjectedFailure
+from trainer.runners.dispatch import run_job
 
 DIGITS_TRAIN = 1347  # the digits split's training images: 22 steps of 64, the last one of 3 images
 
 
 def train(run_dir: Path, **fields: Any) -> tuple[JobConfig, dict[str, Any]]:
     job = JobConfig(**{"name": "loop", "log_every_steps": 1000, "checkpoint_every_steps": 0, **fields})
-    return job, run(job, RunSettings(run_dir=str(run_dir)), environ={})
+    return job, run_job(job, RunSettings(run_dir=str(run_dir)), environ={})
 
 
 def epoch_lines(run_dir: Path) -> list[dict[str, Any]]:
@@ -87,7 +87,7 @@ def test_result_and_epoch_lines_report_what_the_loop_did(tmp_path: Path) -> None
     assert 0 < train_time <= sum(line["epoch_time_s"] for line in lines) + 0.002
     assert result["images_per_second"] == pytest.approx(4 * DIGITS_TRAIN / train_time, rel=0.05)
     final = torch.load(tmp_path / "model_final.pt")
-    model = recipe.build(job, torch.device("cpu"), False)[0]
+    model = components.build(job, torch.device("cpu"), False)[0]
     assert final.keys() == model.state_dict().keys()
     assert not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob(".*.tmp"))
 
@@ -97,7 +97,7 @@ def initial_losses(job: JobConfig, epoch: int, augment: bool = False) -> float:
     DistributedSampler (one replica, set_epoch) gives: what the loop reports when lr is ~0. With
     `augment`, step k's batch is cropped and flipped by data.batch_generator(seed, epoch, k, rank 0)."""
     torch.manual_seed(job.seed)
-    model = recipe.build(job, torch.device("cpu"), False)[0].eval()
+    model = components.build(job, torch.device("cpu"), False)[0].eval()
     dataset = data.load_digits()
     sampler = DistributedSampler(range(len(dataset.train_y)), num_replicas=1, rank=0, shuffle=True, seed=job.seed)
     sampler.set_epoch(epoch)
@@ -184,7 +184,7 @@ def test_progress_bar_counts_the_epochs_steps_from_where_an_attempt_resumes(
         """One attempt with a tqdm bar (what an interactive local run shows); its stderr."""
         job = JobConfig(name="loop", epochs=1, batch_size_per_rank=32, interrupt_at="29", checkpoint_every_steps=0)
         with contextlib.suppress(StopRequested):
-            run(job, RunSettings(run_dir=str(tmp_path), progress_bar=True), environ={})
+            run_job(job, RunSettings(run_dir=str(tmp_path), progress_bar=True), environ={})
         return capsys.readouterr().err
 
     assert re.search(r"epoch 1:\s+0%\|[^|]*\| 0/43 ", attempt())  # stopped at step 29

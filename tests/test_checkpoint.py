@@ -10,15 +10,15 @@ import pytest
 import torch
 
 from tests.helpers import last_json, run_submit
-from trainer import checkpoint, events
-from trainer.config import JobConfig, RunSettings
-from trainer.stopping import StopRequested
+from trainer.config.job import JobConfig, RunSettings
+from trainer.rank import checkpoint, events, rundir
+from trainer.rank.stopping import StopRequested
 
 if TYPE_CHECKING:
-    from trainer.stopping import StopProtocol, StopSignals
-from trainer.train import run
+    from trainer.rank.stopping import StopProtocol, StopSignals
+from trainer.runners.dispatch import run_job
 
-NO_LAUNCHER: dict[str, str] = {}  # run() reads the distributed environment from this: one process
+NO_LAUNCHER: dict[str, str] = {}  # run_job() reads the distributed environment from this: one process
 
 
 def _save(folder: Path, step: int, keep: int = 3) -> Path:
@@ -80,7 +80,7 @@ def _job(**fields: object) -> JobConfig:
 
 def _train(run_dir: Path, **fields: object) -> StopRequested | None:
     try:
-        run(_job(**fields), RunSettings(run_dir=str(run_dir)), environ=NO_LAUNCHER)
+        run_job(_job(**fields), RunSettings(run_dir=str(run_dir)), environ=NO_LAUNCHER)
     except StopRequested as stop:
         return stop
     return None
@@ -91,7 +91,7 @@ def test_a_checkpoint_holds_model_optimizer_schedule_rng_sampler_position_counte
     assert stop is not None and stop.step == 30
     found = checkpoint.load_newest_good(tmp_path / "checkpoints")
     assert found is not None and found.path.name == "ckpt-000000030.pt"
-    state, objects = found.state, found.state["objects"]  # the built-in's objects (trainer.builtin)
+    state, objects = found.state, found.state["objects"]  # the built-in's objects (trainer.recipes.training)
     assert state["step"] == 30 and state["world_size"] == 1
     assert set(objects["model"]) == {"net.1.weight", "net.1.bias", "net.3.weight", "net.3.bias", "net.5.weight",
                                      "net.5.bias"}
@@ -127,16 +127,16 @@ def test_resuming_past_a_corrupted_newest_checkpoint_still_ends_bitwise_identica
 
 
 def _checkpoint_steps(run_dir: Path) -> list[int]:
-    return [int(p.name[5:14]) for p in checkpoint.list_checkpoints(run_dir / "checkpoints")]
+    return [int(p.name[5:14]) for p in rundir.checkpoint_files(run_dir / "checkpoints")]
 
 
 def test_checkpoint_cadence_is_the_profiles_unless_the_job_sets_one(tmp_path: Path) -> None:
     # digits: 22 steps per epoch, 2 epochs; an epoch end is always checkpointed (but the last one).
     job = _job(keep_checkpoints=100, checkpoint_every_steps=None)
-    run(job, RunSettings(run_dir=str(tmp_path / "profile"), checkpoint_every_steps=5), environ=NO_LAUNCHER)
+    run_job(job, RunSettings(run_dir=str(tmp_path / "profile"), checkpoint_every_steps=5), environ=NO_LAUNCHER)
     assert _checkpoint_steps(tmp_path / "profile") == [5, 10, 15, 20, 22, 25, 30, 35, 40]
     job = _job(keep_checkpoints=100, checkpoint_every_steps=7)
-    run(job, RunSettings(run_dir=str(tmp_path / "job"), checkpoint_every_steps=5), environ=NO_LAUNCHER)
+    run_job(job, RunSettings(run_dir=str(tmp_path / "job"), checkpoint_every_steps=5), environ=NO_LAUNCHER)
     assert _checkpoint_steps(tmp_path / "job") == [7, 14, 21, 22, 28, 35, 42]
 
 
@@ -152,14 +152,14 @@ def test_slurm_profiles_checkpoint_by_default_and_the_job_can_change_it(tmp_path
     assert shown["job"]["checkpoint_every_steps"] == 25
 
 
-# ----- the stop protocol (trainer/stopping.py) with one real rank: checkpoint, decide, report, raise -----
+# ----- the stop protocol (trainer/rank/stopping.py) with one real rank: checkpoint, decide, report, raise -----
 
 def _protocol(tmp_path: Path, signals: "StopSignals", hook: Any = None, interrupts: frozenset[int] = frozenset()
               ) -> "StopProtocol":
-    from trainer.collectives import Ranks
-    from trainer.distenv import resolve
-    from trainer.reporting import Reporter
-    from trainer.stopping import StopProtocol
+    from trainer.dist.environment import resolve
+    from trainer.dist.ranks import Ranks
+    from trainer.rank.reporting import Reporter
+    from trainer.rank.stopping import StopProtocol
     env = resolve({})
     return StopProtocol(signals, "USR2", hook, Ranks(env), Reporter(tmp_path, env, False, False, 10), interrupts)
 
@@ -167,7 +167,7 @@ def _protocol(tmp_path: Path, signals: "StopSignals", hook: Any = None, interrup
 def test_a_signal_is_only_recorded_and_term_outranks_the_requeue_signal() -> None:
     import signal
 
-    from trainer.stopping import NONE, REQUEUE, TERMINATE, StopSignals, installed
+    from trainer.rank.stopping import NONE, REQUEUE, TERMINATE, StopSignals, installed
     # Recorders in place of the defaults: a signal the stop handlers fail to catch is seen here
     # instead of ending pytest (or, under mutmut's fork server, exiting it with status 0).
     leaked: list[int] = []
@@ -204,7 +204,7 @@ def test_handlers_cannot_be_installed_off_the_main_thread() -> None:
     import signal
     import threading
 
-    from trainer.stopping import StopSignals
+    from trainer.rank.stopping import StopSignals
     before = signal.getsignal(signal.SIGUSR2)
     results: list[bool] = []
     thread = threading.Thread(target=lambda: results.append(StopSignals("USR2").install()))
@@ -224,7 +224,7 @@ def test_handlers_cannot_be_installed_off_the_main_thread() -> None:
 def test_a_stop_checkpoints_then_decides_on_rank_0_and_every_rank_learns_it(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: int, hook: Any, signal_name: str,
         info: dict[str, Any]) -> None:
-    from trainer.stopping import StopSignals
+    from trainer.rank.stopping import StopSignals
     done: list[str] = []
     protocol = _protocol(tmp_path, StopSignals("USR2"), None if hook is None else
                          lambda name: done.append("hook") or hook(name))
@@ -243,7 +243,7 @@ def test_a_stop_checkpoints_then_decides_on_rank_0_and_every_rank_learns_it(
 
 
 def test_the_stop_names_the_signal_that_arrived_and_the_test_interrupt_goes_through_it(tmp_path: Path) -> None:
-    from trainer.stopping import NONE, REQUEUE, StopSignals
+    from trainer.rank.stopping import NONE, REQUEUE, StopSignals
     signals = StopSignals("USR2")
     assert signals.install()
     try:
@@ -276,7 +276,7 @@ def test_restoring_the_rng_state_replays_every_generator_and_reads_older_checkpo
 def test_handlers_give_back_the_ones_they_replaced_and_a_term_from_elsewhere_is_named_term(tmp_path: Path) -> None:
     import signal
 
-    from trainer.stopping import REQUEUE, TERMINATE, StopSignals, signal_number
+    from trainer.rank.stopping import REQUEUE, TERMINATE, StopSignals, signal_number
     seen: list[int] = []
     before = signal.signal(signal.SIGUSR2, lambda signum, frame: seen.append(signum))
     try:
@@ -320,4 +320,4 @@ def test_each_bad_checkpoint_is_reported_with_why_and_the_previous_one_is_used(
     good.write_bytes(b"")
     assert checkpoint.load_newest_good(folder) is None
     assert f"[checkpoint] no checkpoint in {folder} loads; starting from scratch" in capsys.readouterr().err
-    assert checkpoint.load_newest_good(tmp_path / "missing") is None and checkpoint.list_checkpoints(tmp_path) == []
+    assert checkpoint.load_newest_good(tmp_path / "missing") is None and rundir.checkpoint_files(tmp_path) == []

@@ -17,8 +17,8 @@ from launcher.cluster.slurm.sbatch import SlurmRequest, container_srun_args, pyt
 from launcher.config import sweep
 from launcher.config.checks import check_data, check_entrypoint, check_local, check_writable_folder, script_path
 from launcher.config.profile import Profile
-from trainer.config import JobConfig
-from trainer.schema import ConfigError
+from trainer.config.job import JobConfig
+from trainer.config.schema import ConfigError
 
 
 @pytest.fixture(autouse=True)

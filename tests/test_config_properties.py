@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from launcher.commands.main import main
 from launcher.config.profile import Profile
-from trainer.config import JobConfig
+from trainer.config.job import JobConfig
 
 JOB_KEYS = [f.name for f in fields(JobConfig)]
 PROFILE_KEYS = [f.name for f in fields(Profile)]

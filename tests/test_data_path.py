@@ -14,7 +14,7 @@ from torch.utils.data import TensorDataset as TorchTensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
 from tests.helpers import ROOT
-from trainer import data
+from trainer.recipes import data
 
 
 @pytest.mark.parametrize("n", [1, 7, 10, 11, 97, 1347])
@@ -132,7 +132,7 @@ def test_channel_stats_are_exact(shape: tuple[int, ...]) -> None:
 
 
 def test_digits_split_is_stratified_fixed_and_loads_without_importing_sklearn() -> None:
-    code = ("import sys; from trainer import data; d = data.load_digits(); "
+    code = ("import sys; from trainer.recipes import data; d = data.load_digits(); "
             "print(len(d.train_y), len(d.test_y), 'sklearn' in sys.modules, d.test_y[:8].tolist())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})

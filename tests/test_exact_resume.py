@@ -20,10 +20,10 @@ import pytest
 import torch
 
 from tests.helpers import ROOT, SUBMIT, last_json, rank_pid, run_submit, wait_until
-from trainer import events
-from trainer.config import JobConfig, RunSettings
-from trainer.stopping import StopRequested
-from trainer.train import run
+from trainer.config.job import JobConfig, RunSettings
+from trainer.rank import events
+from trainer.rank.stopping import StopRequested
+from trainer.runners.dispatch import run_job
 
 
 def same_weights(a: Path, b: Path) -> bool:
@@ -55,7 +55,7 @@ def train_until_done(run_dir: Path, job: dict[str, Any]) -> list[int]:
     stops = []
     while True:
         try:
-            run(JobConfig(**job), RunSettings(run_dir=str(run_dir)), environ={})
+            run_job(JobConfig(**job), RunSettings(run_dir=str(run_dir)), environ={})
             return stops
         except StopRequested as stop:
             stops.append(stop.step)

@@ -52,7 +52,7 @@ def test_a_rank_that_raises_ends_the_local_run_fast_and_is_named_first(tmp_path:
     assert result["state"] == "FAILED" and result["failed_rank"] == rank
     assert f"InjectedFailure: injected failure at step 30 on rank {rank}" in result["error"]
     err = proc.stderr
-    assert err.startswith(f"error: the run failed on rank {rank}: trainer.builtin.InjectedFailure"), err[:500]
+    assert err.startswith(f"error: the run failed on rank {rank}: trainer.recipes.training.InjectedFailure"), err[:500]
     assert "Traceback (most recent call last)" in err and 'in train_step' in err
     # The submitter returns once the local controller has ended, i.e. once every rank has ended.
     assert ended - failure_time(Path(result["run_dir"]), rank) < 60
@@ -77,7 +77,7 @@ def test_a_rank_that_raises_on_the_dev_cluster_ends_the_job_within_60_s(slurm_cl
     assert proc.returncode == 1, proc.stdout + proc.stderr
     result = last_json(proc.stdout)
     assert result["failed_rank"] == 1 and "injected failure at step 30 on rank 1" in result["error"]
-    assert proc.stderr.startswith("error: the run failed on rank 1: trainer.builtin.InjectedFailure")
+    assert proc.stderr.startswith("error: the run failed on rank 1: trainer.recipes.training.InjectedFailure")
     assert "Traceback (most recent call last)" in proc.stderr
     state, end = sacct_end(result["job_id"])
     assert state == "FAILED"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import ROOT, last_json, rank_results, run_submit
-from trainer import runtime
+from trainer.dist import threads
 
 
 @pytest.mark.parametrize("requested,environ,usable,expected", [
@@ -24,15 +24,15 @@ from trainer import runtime
     (3, {}, 1, 1),
 ])
 def test_thread_count(requested: int, environ: dict[str, str], usable: int, expected: int) -> None:
-    assert runtime.thread_count(requested, environ, usable) == expected
+    assert threads.thread_count(requested, environ, usable) == expected
 
 
 def test_set_threads_applies_to_torch_and_to_child_processes() -> None:
     """One call sets torch's threads and the OpenMP/MKL variables that processes it starts inherit."""
     code = (
         "import os, subprocess, sys, torch\n"
-        "from trainer import runtime\n"
-        "n = runtime.set_threads(1)\n"
+        "from trainer.dist import process\n"
+        "n = process.set_threads(1)\n"
         "child = subprocess.run([sys.executable, '-c', 'import os, torch; "
         "print(os.environ[\"OMP_NUM_THREADS\"], os.environ[\"MKL_NUM_THREADS\"], torch.get_num_threads())'],"
         " capture_output=True, text=True, check=True).stdout.split()\n"
@@ -46,10 +46,10 @@ def test_set_threads_applies_to_torch_and_to_child_processes() -> None:
 
 
 def test_nothing_else_sets_threads() -> None:
-    """trainer.runtime.set_threads is the one place: no other project module calls torch's setters."""
+    """trainer.dist.process.set_threads is the one place: no other project module calls torch's setters."""
     offenders = []
-    for path in [*ROOT.glob("trainer/*.py"), *ROOT.glob("launcher/*.py")]:
-        if path.name == "runtime.py":
+    for path in [*ROOT.glob("trainer/**/*.py"), *ROOT.glob("launcher/**/*.py")]:
+        if path.name == "process.py":
             continue
         text = path.read_text()
         if "set_num_threads" in text or "set_num_interop_threads" in text:
@@ -79,11 +79,11 @@ def test_a_cpu_run_does_not_import_what_it_does_not_use() -> None:
     """Start-up cost: a CPU digits run imports neither scikit-learn (about 1 s per rank) nor
     torchvision. (torch._dynamo, ~1.3 s, cannot be avoided: torch.optim imports it.)"""
     code = ("import sys, tempfile, dataclasses\n"
-            "from trainer import train\n"
-            "from trainer.config import RunSettings, load_job\n"
+            "from trainer.runners import dispatch\n"
+            "from trainer.config.job import RunSettings, load_job\n"
             "job = dataclasses.replace(load_job('digits'), epochs=1)\n"
             "assert job.deterministic\n"
-            "train.run(job, RunSettings(run_dir=tempfile.mkdtemp()), environ={})\n"
+            "dispatch.run_job(job, RunSettings(run_dir=tempfile.mkdtemp()), environ={})\n"
             "print(sorted(m for m in ('sklearn', 'torchvision') "
             "if m in sys.modules))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120,

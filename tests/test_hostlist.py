@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trainer.hostlist import expand, first_host
+from trainer.dist.hostlist import expand, first_host
 
 TABLE = [
     ("node1", ["node1"]),

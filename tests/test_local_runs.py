@@ -52,7 +52,7 @@ def test_debug_executor_stops_at_a_breakpoint(tmp_path: Path) -> None:
     job = tmp_path / "bp.yaml"
     job.write_text("extends: digits\nepochs: 1\n")
     env = {"PYTHONBREAKPOINT": "pdb.set_trace"}
-    code = ("import sys, trainer.builtin as b\n"
+    code = ("import sys, trainer.recipes.training as b\n"
             "orig = b.fit\n"
             "def fit(ctx, job):\n    breakpoint()\n    return orig(ctx, job)\n"
             "b.fit = fit\n"

@@ -16,7 +16,6 @@ from pathlib import Path
 
 from tests.helpers import ROOT, SUBMIT
 
-
 COLUMNS, ROWS = 160, 48
 
 

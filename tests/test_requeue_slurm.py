@@ -17,7 +17,7 @@ import pytest
 
 from tests.helpers import last_json, run_submit, wait_until
 from tests.test_exact_resume import _popen_submit, attempt_banners, rank_pid, same_weights
-from trainer import events
+from trainer.rank import events
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
 

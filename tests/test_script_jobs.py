@@ -16,7 +16,7 @@ import torch
 
 from tests.cifar_format import random_cifar10
 from tests.helpers import ROOT, last_json, rank_pid, run_submit, wait_until
-from trainer import events
+from trainer.rank import events
 
 SEED = ROOT / "examples" / "seed_cifar10.py"
 
@@ -108,7 +108,7 @@ def test_lenet_entrypoint_requeued_twice_ends_bitwise_identical(tmp_path: Path, 
     assert x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
 
 
-# ----- the requeue protocol for scripts (trainer.scriptstop) -----------------------------------------
+# ----- the requeue protocol for scripts (trainer.rank.handoff) -----------------------------------------
 
 USER_SCRIPT = ROOT / "tests" / "userpkg" / "script_job.py"
 PLAIN_SCRIPT = ROOT / "tests" / "userpkg" / "plain_script.py"

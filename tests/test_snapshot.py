@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import ROOT, last_json, wait_until
-from trainer import events
+from trainer.rank import events
 
 MARKER = 'print("code version: {}", flush=True)\n'
 

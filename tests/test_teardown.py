@@ -1,4 +1,4 @@
-"""A run leaves nothing of its process group behind: when `run()` returns or raises StopRequested,
+"""A run leaves nothing of its process group behind: when `run_job()` returns or raises StopRequested,
 the gloo worker and socket threads and rank 0's TCPStore server thread are gone.
 
 A group still alive at interpreter exit keeps those threads running while Python finalizes and C++
@@ -20,14 +20,14 @@ import pytest
 from tests.helpers import ROOT
 
 # One rank of a 2-rank job, started the way submitit's local executor starts it (its variables),
-# without submitit. It prints the threads of its process once run() has returned or raised; for
+# without submitit. It prints the threads of its process once run_job() has returned or raised; for
 # a stop it prints them while the StopRequested (and its traceback) is still alive, as it is in
 # the launcher until the process exits.
 RANK = """
 import glob, json, sys
-from trainer.config import JobConfig, RunSettings
-from trainer.stopping import StopRequested
-from trainer.train import run
+from trainer.config.job import JobConfig, RunSettings
+from trainer.rank.stopping import StopRequested
+from trainer.runners.dispatch import run_job
 
 def threads():
     names = []
@@ -38,7 +38,7 @@ def threads():
 
 job = JobConfig(name="teardown", epochs=1, log_every_steps=1000, interrupt_at=sys.argv[2])
 try:
-    run(job, RunSettings(run_dir=sys.argv[1]))
+    run_job(job, RunSettings(run_dir=sys.argv[1]))
     print(json.dumps({"ended": "finished", "threads": threads()}))
 except StopRequested:
     print(json.dumps({"ended": "stopped", "threads": threads()}))

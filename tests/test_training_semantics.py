@@ -1,6 +1,6 @@
 """Training semantics a user relies on, observed from outside the training loop.
 
-Each test runs `trainer.train.run` (in this process, or on 2 ranks spawned here with gloo on
+Each test runs `trainer.runners.dispatch.run_job` (in this process, or on 2 ranks spawned here with gloo on
 127.0.0.1) and checks what training actually did: which samples each rank consumed in which order,
 what loss it reported, what weights it ended with. The model's inputs and outputs in training mode
 are watched through torch's global forward hook (tests/semantics_worker.py), so nothing here reads
@@ -22,9 +22,9 @@ import torch.nn.functional as F
 from torch.utils.data import DistributedSampler
 
 from tests.semantics_worker import free_ports, recording, spawn_two_ranks
-from trainer import data
-from trainer.config import JobConfig, RunSettings
-from trainer.train import run
+from trainer.config.job import JobConfig, RunSettings
+from trainer.recipes import data
+from trainer.runners.dispatch import run_job
 
 WORLD = 2
 # A non-default seed: the data order must follow the job's seed.
@@ -36,7 +36,7 @@ BASE: dict[str, Any] = {"name": "semantics", "model": "mlp", "dataset": "digits"
 # ----- helpers -------------------------------------------------------------------------------------
 
 @functools.lru_cache(maxsize=1)
-def digits() -> data.TensorDataset:
+def digits() -> data.ImageTensors:
     return data.load_digits()
 
 
@@ -76,7 +76,7 @@ def reported_epochs(run_dir: str | Path) -> list[dict[str, Any]]:
 
 def in_process(run_dir: Path, **job: Any) -> dict[str, Any]:
     """One rank, in this process, whatever launcher variables the environment holds."""
-    return run(JobConfig(**{**BASE, **job}), RunSettings(run_dir=str(run_dir)), environ={})
+    return run_job(JobConfig(**{**BASE, **job}), RunSettings(run_dir=str(run_dir)), environ={})
 
 
 def step_losses(outputs: list[torch.Tensor], inputs: list[torch.Tensor], label_smoothing: float = 0.0) -> list[float]:

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from tests.helpers import last_json, run_submit
-from trainer import checkpoint
-from trainer.config import JobConfig, RunSettings
-from trainer.train import run
+from trainer.config.job import JobConfig, RunSettings
+from trainer.rank import checkpoint, rundir
+from trainer.runners.dispatch import run_job
 
 JOB = """name: perrank
 entrypoint: "tests.userpkg.perrank:train"
@@ -37,10 +37,10 @@ def test_step_boundary_says_when_it_checkpointed_and_skips_a_step_already_checkp
     # 1 rank: 256 samples / 16 = 16 steps per epoch; every 8 steps, and the function's own epoch-end checkpoints.
     job = JobConfig(name="perrank", entrypoint="tests.userpkg.perrank:train", target_metric="mean_rank_loss",
                     config={"epochs": 2}, keep_checkpoints=100, log_every_steps=100000)
-    result = run(job, RunSettings(run_dir=str(tmp_path), checkpoint_every_steps=8), environ={})
+    result = run_job(job, RunSettings(run_dir=str(tmp_path), checkpoint_every_steps=8), environ={})
     assert result["steps"] == 32
     assert result["boundary_saves"] == "8,24"  # not 16: the epoch end had just checkpointed it
-    steps = [int(p.name[5:14]) for p in checkpoint.list_checkpoints(tmp_path / "checkpoints")]
+    steps = [int(p.name[5:14]) for p in rundir.checkpoint_files(tmp_path / "checkpoints")]
     assert steps == [8, 16, 24]
 
 

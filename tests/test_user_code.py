@@ -15,10 +15,10 @@ from typing import Any
 import torch
 
 from tests.helpers import ROOT, last_json, run_submit
-from trainer import events
-from trainer.config import JobConfig, RunSettings
-from trainer.stopping import StopRequested
-from trainer.train import run
+from trainer.config.job import JobConfig, RunSettings
+from trainer.rank import events
+from trainer.rank.stopping import StopRequested
+from trainer.runners.dispatch import run_job
 
 JOB = """name: tiny
 entrypoint: "tests.userpkg.tiny:train"
@@ -101,7 +101,7 @@ def in_process(run_dir: Path, interrupts: str = "") -> list[int]:
     stops = []
     while True:
         try:
-            run(job, RunSettings(run_dir=str(run_dir), checkpoint_every_steps=7), environ={})
+            run_job(job, RunSettings(run_dir=str(run_dir), checkpoint_every_steps=7), environ={})
             return stops
         except StopRequested as stop:
             stops.append(stop.step)

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from tests.helpers import ROOT, last_json, run_submit, wait_until
-from trainer import events
+from trainer.rank import events
 
 pytestmark = pytest.mark.slurm
 

@@ -16,7 +16,7 @@ import pytest
 
 from launcher.config.resolve import resolve
 from tests.helpers import ROOT, last_json, run_submit
-from trainer.schema import ConfigError
+from trainer.config.schema import ConfigError
 
 
 @pytest.fixture(autouse=True)

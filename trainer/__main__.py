@@ -2,7 +2,8 @@
 
     torchrun --nproc_per_node=2 -m trainer --job digits --run-dir runs/torchrun-digits
 
-Every process reads its rank from torchrun's variables (see trainer.distenv).
+Every process reads its rank from torchrun's variables (see trainer.dist.environment) and runs the
+job through the same dispatcher as the submitter's tasks (trainer.runners.dispatch).
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ import json
 import os
 import sys
 
-from trainer.config import RunSettings, load_job
-from trainer.schema import ConfigError
-from trainer.stopping import StopRequested, signal_number as stop_signal_number
+from trainer.config.job import RunSettings, load_job
+from trainer.config.schema import ConfigError
+from trainer.rank.stopping import StopRequested
+from trainer.rank.stopping import signal_number as stop_signal_number
+from trainer.runners import dispatch
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,11 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    from trainer.train import run  # torch (seconds): not for --help or a bad job file
-
     settings = RunSettings(run_dir=args.run_dir, data_dir=args.data_dir, use_gpus=args.gpus, threads=args.threads)
     try:
-        result = run(job, settings)
+        result = dispatch.run_job(job, settings)
     except StopRequested as stop:
         # Not an error: every rank checkpointed at the same step. The same command resumes from it.
         if int(os.environ.get("RANK", "0")) == 0:

@@ -9,6 +9,7 @@ import signal
 import time
 from pathlib import Path
 
+
 def _stat_fields(pid: int | str) -> list[str]:
     """/proc/PID/stat after the command name (which may hold spaces and parentheses); [] if gone."""
     try:

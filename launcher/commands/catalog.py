@@ -1,6 +1,6 @@
 """`list-profiles`, `list-jobs` and `show`: what is found where, and which file a name resolves to.
 
-    ddp-submit list-profiles [--json]      every profile in lookup order (trainer/lookup.py)
+    ddp-submit list-profiles [--json]      every profile in lookup order (trainer/config/lookup.py)
     ddp-submit list-jobs [--json]          the same for jobs
     ddp-submit show [--profile P] [--job J] [--set K=V ...]   the files P and J resolve to
 
@@ -13,16 +13,16 @@ import json
 from pathlib import Path
 
 from launcher.commands.console import EXIT_OK, ArgumentParser
-from launcher.config.profile import PROFILES_DIR
+from launcher.config.profile import PROFILE_FILES
 from launcher.config.resolve import resolve
-from trainer import lookup
-from trainer.config import JOBS_DIR
+from trainer.config import lookup
+from trainer.config.job import JOB_FILES
 
-KINDS = {"profiles": ("cluster_profiles", PROFILES_DIR), "jobs": ("jobs", JOBS_DIR)}
+KINDS = {"profiles": PROFILE_FILES, "jobs": JOB_FILES}
 
 
 def _listing(kind: str, argv: list[str]) -> int:
-    folder, shipped = KINDS[kind]
+    folder, shipped = KINDS[kind].folder, KINDS[kind].shipped
     parser = ArgumentParser(prog=f"submit.py list-{kind}",
                             description=f"List the {kind} a name can stand for, in lookup order (the first "
                                         f"file of a name wins).")

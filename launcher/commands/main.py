@@ -16,7 +16,7 @@ from collections.abc import Callable
 from launcher.commands import relay
 from launcher.commands.console import EXIT_BAD_INPUT, EXIT_FAILED, ArgumentParser, error_line
 from launcher.request.errors import PartiallySubmitted
-from trainer.schema import ConfigError
+from trainer.config.schema import ConfigError
 
 # Each command as "module:function" of this wing, imported only when that command runs (as pip's
 # command registry does): submitting (and --dry-run, what users wait for most) does not load the

@@ -28,8 +28,7 @@ from launcher.config.resolve import runs_dir
 from launcher.rundir import layout, record, results
 from launcher.rundir.record import RunInfo, find_run, load_run, run_folders
 from launcher.rundir.states import ACTIVE, TaskState, task_states
-from trainer.schema import ConfigError
-
+from trainer.config.schema import ConfigError
 
 # ----- finding runs --------------------------------------------------------------------------------
 

@@ -16,8 +16,7 @@ from typing import Any
 
 import yaml
 
-from launcher.cluster import jobids
-from launcher.cluster import preflights
+from launcher.cluster import jobids, preflights
 from launcher.commands.console import EXIT_OK, emit
 from launcher.config import checks
 from launcher.config.profile import Profile
@@ -26,8 +25,8 @@ from launcher.config.sweep import expand
 from launcher.request import executor
 from launcher.request.submission import Point, Submission, build, moved
 from launcher.rundir import layout, record
-from trainer.config import JobConfig
-from trainer.schema import ConfigError
+from trainer.config.job import JobConfig
+from trainer.config.schema import ConfigError
 
 
 class Plan:
@@ -96,7 +95,7 @@ def array_chunk(plan: Plan, dry_run: bool) -> int | None:
     check = preflights.preflight(sub.executor)
     if check is None:
         return None
-    return check(sub.slurm_request, sub.profile.max_array_size, plan.source, required=not dry_run,
+    return check(sub.request, sub.profile.max_array_size, plan.source, required=not dry_run,
                  tasks=len(sub.tasks))
 
 

@@ -13,15 +13,15 @@ import json
 import sys
 from pathlib import Path
 
+from launcher.cluster.said import last_line
 from launcher.cluster.slurm import limits
 from launcher.commands.console import EXIT_FAILED, EXIT_OK, ArgumentParser
 from launcher.config.resolve import load_profile, parse_overrides
 from launcher.request import send
 from launcher.request.submission import Point, build
 from launcher.rundir import layout
-from launcher.cluster.said import last_line
-from trainer.config import JobConfig
-from trainer.schema import ConfigError
+from trainer.config.job import JobConfig
+from trainer.config.schema import ConfigError
 
 
 def parser() -> ArgumentParser:
@@ -43,9 +43,8 @@ def main(argv: list[str]) -> int:
         raise ConfigError(f"{source}: the probe needs a slurm profile, not executor '{profile.executor}'")
     run_dir = layout.new_run_dir(Path(profile.runs_dir), "probe", profile.name)
     sub = build(profile, [Point(0, JobConfig(name=f"probe-{profile.name}"))], run_dir, is_sweep=False)
-    limits.check(sub.slurm_request, profile.max_array_size, source)
+    limits.check(sub.request, profile.max_array_size, source)
     # The one sending path, with the probe in place of training (the node unpickles it from launcher.node).
-    sub.parameters["job_name"] = f"probe-{profile.name}"
     job = send.send_function(sub, probe_task)
     print(f"probe job {job.job_id} on {profile.nodes} node(s) x {profile.tasks_per_node} task(s), "
           f"logs in {layout.job_log_dir(run_dir, str(job.job_id))}", flush=True)

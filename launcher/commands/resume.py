@@ -21,14 +21,15 @@ from launcher.commands.console import EXIT_OK, emit, relative
 from launcher.commands.plan import Plan, plan_submission
 from launcher.commands.submit import execute
 from launcher.commands.waiting import wait_for_sweep
-from launcher.config.profile import Profile, renamed_keys
+from launcher.config.profile import PROFILE_FILES, Profile
 from launcher.config.resolve import parse_overrides, profile_overrides, runs_dir
 from launcher.request.submission import Point, Submission
 from launcher.rundir import layout, record
 from launcher.rundir.record import RunInfo
 from launcher.rundir.states import ACTIVE, TaskState, task_states
-from trainer.config import JobConfig
-from trainer.schema import ConfigError, build, deep_merge
+from trainer.config.files import deep_merge, renamed
+from trainer.config.job import JobConfig
+from trainer.config.schema import ConfigError, build
 
 
 class ResumePlan(Plan):
@@ -113,7 +114,7 @@ def resume(args: argparse.Namespace, argv: list[str]) -> int:
     run_dir = info.run_dir
     source = f"{run_dir / layout.RUN_FILE} (profile, with --set)"
     # A run recorded before `time`/`mem_per_task` had those names reads as well.
-    recorded = renamed_keys(info.profile, source)
+    recorded = renamed(PROFILE_FILES, info.profile, source)
     profile = build(Profile, {**recorded, **profile_overrides(overrides["profile"])}, source)
     if args.wait:
         profile.wait = True

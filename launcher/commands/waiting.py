@@ -27,6 +27,7 @@ from launcher.request.submission import Submission
 from launcher.rundir import layout, plots, record, restarts, results
 from launcher.rundir.outcomes import Failure, error_text, root_cause_first
 from launcher.rundir.states import ACTIVE, task_states
+from trainer.runners.envelope import PLACE_KEYS
 
 
 @dataclass
@@ -181,9 +182,9 @@ def wait(job: Any, poll_s: float = 1.0, force_every_s: float = 5.0, grace_s: flo
     return Outcome(result)
 
 
-# Not metrics: where and how each rank ran, shown by --json only.
-NOT_METRICS = ("run_dir", "job_id", "state", "node", "nodes", "rank", "master_addr", "threads", "resumed_from",
-               "restarts", "restart_causes", "time", "returncode")
+# Not metrics: where and how each rank ran (trainer.runners.envelope) and how the run went, shown by
+# --json only.
+NOT_METRICS = (*PLACE_KEYS, "job_id", "state", "nodes", "restarts", "restart_causes", "time")
 
 
 def metrics_line(result: dict[str, Any]) -> str:

@@ -6,8 +6,8 @@ import os
 from pathlib import Path
 
 from launcher.config.profile import Profile
-from trainer.config import JobConfig
-from trainer.schema import ConfigError
+from trainer.config.job import JobConfig, data_folder
+from trainer.config.schema import ConfigError
 
 CIFAR_FOLDER = "cifar-10-batches-py"
 
@@ -41,18 +41,18 @@ def script_path(job: JobConfig, source: str = "") -> str:
 
 
 def check_entrypoint(job: JobConfig, source: str) -> None:
-    """Import the job's module and check its function and `config:` (trainer.entry) before queueing.
+    """Import the job's module and check its function and `config:` (trainer.runners.entrypoints) before queueing.
     Costs what importing the user's module costs (torch, if it imports torch: about a second); only
     submissions of entrypoint jobs pay it, never --help."""
-    from trainer import entry  # imports the user's module: only for entrypoint jobs
+    from trainer.runners import entrypoints  # imports the user's module: only for entrypoint jobs
 
-    entry.check(job.entrypoint, job.config, job.code_dir, source)
+    entrypoints.check(job.entrypoint, job.config, job.code_dir, source)
 
 
 def check_data(profile: Profile, job: JobConfig) -> None:
     if job.dataset != "cifar10":
         return
-    root = Path(job.data_dir or profile.data_dir).expanduser()
+    root = Path(data_folder(job, profile.data_dir)).expanduser()
     key = "job.data_dir" if job.data_dir else "profile.data_dir"
     if job.download and not (root / CIFAR_FOLDER).is_dir():
         check_writable_folder(root, key, "the download")

@@ -6,21 +6,15 @@ One task is one process is one rank. On GPU profiles that means one task per GPU
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Literal, Optional, Union
 
 from launcher.config import units
-from trainer import filepaths, lookup
-from trainer.schema import ConfigError, bad_value_error, require
-
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-# The shipped profiles: package data of an installed copy, or the checkout's cluster_profiles/.
-PROFILES_DIR = lookup.shipped_dir(PROJECT_ROOT / "launcher", "cluster_profiles")
-DEFAULT_PROFILE = "local"
-SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "URG")
+from trainer.config.files import FileKind, Renamed
+from trainer.config.lookup import CODE_ROOT
+from trainer.config.schema import require
 
 
 @dataclass
@@ -178,55 +172,13 @@ class Profile:
         return self.mem_per_task_mb * self.tasks_per_node
 
 
-# Former key names that still read: each maps to its new key and turns the old value into the new one.
-RENAMED = {"time_min": ("time", lambda v: v),
-           # A number of GB becomes "<n>G"; anything else (text, a non-finite number) is left for
-           # mem_per_task's own check to name.
-           "mem_per_task_gb": ("mem_per_task", lambda v: f"{v}G" if isinstance(v, (int, float)) and not
-                               isinstance(v, bool) and math.isfinite(v) else v)}
-
-
-def renamed_keys(data: dict[str, Any], source: str, scope: str = "") -> dict[str, Any]:
-    """`data` with the former names (`time_min`, `mem_per_task_gb`) read as today's keys; one
-    mapping (one file, or the --set overrides) may not give both spellings."""
-    out = dict(data)
-    for old, (new, convert) in RENAMED.items():
-        if old not in out:
-            continue
-        if new in out:
-            raise ConfigError(f"{source}: both '{scope}{old}' and '{scope}{new}' are set; '{old}' is the former "
-                              f"name of '{new}': keep only '{new}'")
-        value = out.pop(old)
-        if old == "mem_per_task_gb" and (isinstance(value, bool) or not isinstance(value, (int, float, type(None)))):
-            raise bad_value_error(source, f"{scope}{old}", value, "a number of GB (or write mem_per_task: 64G)")
-        out[new] = convert(value)
-    return out
-
-
-# Keys holding paths: relative ones are read from the profile file's folder (trainer/filepaths.py).
-PATH_KEYS = ("data_dir", "runs_dir", "slurm_conf")
-
-
-def paths_relative_to(data: dict[str, Any], base: Path) -> dict[str, Any]:
-    """`data` with its relative paths read from `base` (trainer/filepaths.py): PATH_KEYS; `python`
-    when it is a path (has a '/'; a bare name is a command on the node's PATH); `container` when it
-    is an image file, not a registry reference; each bind's SRC."""
-    out = filepaths.relative_to(data, PATH_KEYS, base)
-    python, image = out.get("python"), out.get("container")
-    if isinstance(python, str) and "/" in python:
-        out["python"] = filepaths.absolute(python, base)
-    if isinstance(image, str) and "://" not in image and (image.endswith(IMAGE_FILES) or image.startswith(
-            ("./", "../", "~"))):
-        out["container"] = filepaths.absolute(image, base)
-    binds = out.get("container_binds")
-    if isinstance(binds, list):
-        out["container_binds"] = [
-            ":".join([filepaths.absolute(b.split(":")[0], base), *b.split(":")[1:]]) if isinstance(b, str) and b
-            else b for b in binds]
-    return out
-
-
-IMAGE_FILES = (".sif", ".simg", ".sqsh", ".squashfs", ".img")
+# A profile file: found in ./cluster_profiles, the user folder, then the shipped profiles
+# (trainer.config.lookup); relative paths are read from the file that wrote them
+# (trainer.config.filepaths: `python` when it is a path, `container` when it is an image file, each
+# bind's SRC); the former names `time_min` and `mem_per_task_gb` (a number of GB) still read.
+PROFILE_FILES = FileKind("profile", "cluster_profiles", "launcher", path_keys=("data_dir", "runs_dir", "slurm_conf"),
+                         command_keys=("python",), image_keys=("container",), bind_keys=("container_binds",),
+                         renamed=(Renamed("time_min", "time"), Renamed("mem_per_task_gb", "mem_per_task", "G")))
 
 
 # SLURM stores these in 16-bit fields (cpus per task, tasks per node, GRES counts, the --signal
@@ -267,18 +219,12 @@ def modelled_sbatch_option(key: str) -> str | None:
     return " / ".join(dict.fromkeys(MODELLED_SBATCH_OPTIONS[n] for n in longer)) if longer else None
 
 
-def find_profile_file(name: str, relative_to: Path | None = None) -> Path:
-    """A profile by path or NAME (./cluster_profiles, the user folder, the shipped profiles:
-    trainer/lookup.py)."""
-    return lookup.find("profile", "cluster_profiles", PROFILES_DIR, name, relative_to)
-
-
 def project_path(value: str) -> Path:
     """A recorded slurm_conf (run.json): profiles read today record absolute paths; a relative one
     comes from a run recorded before paths were read relative to their file, when they were
     relative to the project root."""
     path = Path(value).expanduser()
-    return path if path.is_absolute() else PROJECT_ROOT / path
+    return path if path.is_absolute() else CODE_ROOT / path
 
 
 def slurm_conf_file(executor: str, slurm_conf: str) -> str:

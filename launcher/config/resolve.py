@@ -6,11 +6,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from launcher.config.profile import Profile, find_profile_file, paths_relative_to, renamed_keys
-from trainer import filepaths, yamlio
-from trainer.config import JOB_PATH_KEYS, JobConfig, find_job_file, prepare_job_file
-from trainer.schema import (ConfigError, build, deep_merge, field_names, load_with_extends, type_hints,
-                            unknown_key_error)
+from launcher.config.profile import PROFILE_FILES, Profile
+from trainer.config import files, yamlio
+from trainer.config.files import deep_merge
+from trainer.config.job import JOB_FILES, JobConfig
+from trainer.config.schema import ConfigError, build, field_names, type_hints, unknown_key_error
 
 SCOPES = ("job", "profile")
 
@@ -104,40 +104,34 @@ def _dotted(overrides: dict[str, Any], prefix: str = "") -> list[str]:
 def load_profile(name: str, overrides: dict[str, Any] | None = None) -> tuple[Profile, str]:
     """The profile NAME (or path), `extends:` followed, with `--set profile.*` overrides; and its source."""
     overrides = profile_overrides(overrides or {})
-    path = find_profile_file(name)
-    data, source = load_with_extends(path, lambda p, rel: find_profile_file(p, rel), prepare_profile_file)
-    data.setdefault("name", path.stem)
+    loaded = files.load(PROFILE_FILES, name)
+    loaded.data.setdefault("name", loaded.path.stem)
     # Merged, not replaced: `--set profile.env.A=1` adds A to the file's env instead of dropping the rest.
-    data = deep_merge(data, overrides)
-    source = _described(source, overrides, "profile")
+    data = deep_merge(loaded.data, overrides)
+    source = _described(loaded.source, overrides, "profile")
     return build(Profile, data, source), source
 
 
 def profile_overrides(overrides: dict[str, Any]) -> dict[str, Any]:
     """`--set profile.*` as keys of today's Profile: former names read as today's, paths relative to
-    the current directory (trainer/filepaths.py); unknown keys refused."""
-    out = paths_relative_to(renamed_keys(overrides, "--set", "profile."), Path.cwd())
+    the current directory (trainer.config.filepaths); unknown keys refused."""
+    out = PROFILE_FILES.prepare(overrides, Path.cwd(), "--set", "profile.")
     _check_keys(out, Profile, "profile")
     return out
-
-
-def prepare_profile_file(data: dict[str, Any], path: Path) -> dict[str, Any]:
-    """One profile file's own keys: former names read as today's, paths relative to the file."""
-    return paths_relative_to(renamed_keys(data, str(path)), path.parent)
 
 
 def resolve(profile_name: str, job_name: str, sets: list[str]) -> Resolved:
     overrides = parse_overrides(sets)
     profile, profile_source = load_profile(profile_name, overrides["profile"])
-    job_path = find_job_file(job_name)
-    job_data, job_source = load_with_extends(job_path, lambda p, rel: find_job_file(p, rel), prepare_job_file)
+    loaded = files.load(JOB_FILES, job_name)
+    job_data, job_source = loaded.data, loaded.source
     sweep = job_data.pop("sweep", None)
-    job_data.setdefault("name", job_path.stem)
-    if job_data.get("entrypoint") or job_data.get("script"):  # may live next to the job file (trainer.entry)
-        job_data.setdefault("code_dir", str(job_path.resolve().parent))
+    job_data.setdefault("name", loaded.path.stem)
+    if job_data.get("entrypoint") or job_data.get("script"):  # may live next to the job file (trainer.runners.entrypoints)
+        job_data.setdefault("code_dir", str(loaded.path.resolve().parent))
     _check_keys(overrides["job"], JobConfig, "job")
     # Merged, not replaced: `--set job.config.lr=0.1` changes one key of the function's config.
-    job_data = deep_merge(job_data, filepaths.relative_to(overrides["job"], JOB_PATH_KEYS, Path.cwd()))
+    job_data = deep_merge(job_data, JOB_FILES.prepare(overrides["job"], Path.cwd(), "--set", "job."))
     job_source = _described(job_source, overrides["job"], "job")
     job = build(JobConfig, job_data, job_source)
     if sweep is not None and not isinstance(sweep, dict):

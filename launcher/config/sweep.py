@@ -17,8 +17,9 @@ import json
 import math
 from typing import Any
 
-from trainer.config import JobConfig
-from trainer.schema import ConfigError, build, deep_merge, field_names, unknown_key_error
+from trainer.config.files import deep_merge
+from trainer.config.job import JobConfig
+from trainer.config.schema import ConfigError, build, field_names, unknown_key_error
 
 SWEEP_KEYS = ("grid", "tasks")
 # The most tasks one sweep may have (README, "Sweeps"). Bounded so that a typo in a grid fails at

@@ -60,10 +60,3 @@ def memory_mb(value: int | float | str) -> int:
         raise ValueError(MEMORY_FORMATS)
     number, unit = float(match.group(1)), match.group(2).upper()
     return math.ceil(number * _MB_PER_UNIT[unit])
-
-
-def format_minutes(minutes: int) -> str:
-    """Minutes as SLURM prints a limit (D-HH:MM:SS), for messages next to what the user wrote."""
-    days, rest = divmod(minutes, 24 * 60)
-    text = f"{rest // 60:02d}:{rest % 60:02d}:00"
-    return f"{days}-{text}" if days else text

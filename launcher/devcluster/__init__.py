@@ -17,18 +17,48 @@ It imports nothing else from ``launcher``. This file only hands names on.
 
 from launcher.devcluster.cli import main
 from launcher.devcluster.commands import (
-    APT_PACKAGES, REQUIRED_BINARIES, down, install, is_up, missing_binaries, print_env, status,
+    APT_PACKAGES,
+    REQUIRED_BINARIES,
+    down,
+    install,
+    is_up,
+    missing_binaries,
+    print_env,
+    status,
     up,
 )
 from launcher.devcluster.config import (
-    HOSTS_FILE, HOSTS_MARK, OLD_HOSTS_MARKS, Node, Spec, ensure_hosts, load_spec,
-    render_gres_conf, render_slurm_conf, render_slurmdbd_conf, write_configs,
+    HOSTS_FILE,
+    HOSTS_MARK,
+    OLD_HOSTS_MARKS,
+    Node,
+    Spec,
+    ensure_hosts,
+    load_spec,
+    render_gres_conf,
+    render_slurm_conf,
+    render_slurmdbd_conf,
+    write_configs,
 )
 from launcher.devcluster.daemons import USABLE_STATES, node_states, wait_nodes_ready
 from launcher.devcluster.paths import (
-    ACCOUNT, CLUSTER_NAME, CRED_EXPIRE_S, CTLD_PORT, DAEMON_MARK_VAR, DBD_PORT,
-    DEFAULT_MAX_ARRAY_SIZE, GPU_NODES, GPUS_PER_NODE, MARIADB_PORT, MAX_NODES, PROJECT_ROOT,
-    READY_TIMEOUT_S, STATE_DIR, ClusterError, client_env, slurm_conf_path,
+    ACCOUNT,
+    CLUSTER_NAME,
+    CRED_EXPIRE_S,
+    CTLD_PORT,
+    DAEMON_MARK_VAR,
+    DBD_PORT,
+    DEFAULT_MAX_ARRAY_SIZE,
+    GPU_NODES,
+    GPUS_PER_NODE,
+    MARIADB_PORT,
+    MAX_NODES,
+    PROJECT_ROOT,
+    READY_TIMEOUT_S,
+    STATE_DIR,
+    ClusterError,
+    client_env,
+    slurm_conf_path,
 )
 from launcher.devcluster.processes import running_pid
 

@@ -10,17 +10,40 @@ import time
 from pathlib import Path
 
 from launcher.devcluster.config import (
-    Spec, ensure_hosts, load_spec, make_dirs, make_fake_gpus, save_spec, write_configs,
+    Spec,
+    ensure_hosts,
+    load_spec,
+    make_dirs,
+    make_fake_gpus,
+    save_spec,
+    write_configs,
 )
 from launcher.devcluster.daemons import (
-    node_states, register_accounting, start_mariadb, start_munge, start_slurm, start_slurmdbd,
-    stop_slurm, unready, wait_nodes_ready,
+    node_states,
+    register_accounting,
+    start_mariadb,
+    start_munge,
+    start_slurm,
+    start_slurmdbd,
+    stop_slurm,
+    unready,
+    wait_nodes_ready,
 )
 from launcher.devcluster.paths import (
-    COMMAND, DEFAULT_MAX_ARRAY_SIZE, STATE_DIR, ClusterError, client_env, slurm_conf_path,
+    COMMAND,
+    DEFAULT_MAX_ARRAY_SIZE,
+    STATE_DIR,
+    ClusterError,
+    client_env,
+    slurm_conf_path,
 )
 from launcher.devcluster.processes import (
-    cluster_leftovers, kill_all, probe, running_pid, started_names, stop_daemon,
+    cluster_leftovers,
+    kill_all,
+    probe,
+    running_pid,
+    started_names,
+    stop_daemon,
 )
 
 APT_PACKAGES = ["slurm-wlm", "slurmdbd", "munge", "mariadb-server"]

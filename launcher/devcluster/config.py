@@ -36,9 +36,22 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.devcluster.paths import (
-    CLUSTER_NAME, CRED_EXPIRE_S, CTLD_PORT, DB_PASS, DB_USER, DBD_PORT, GPU_NODES,
-    GPUS_PER_NODE, MARIADB_PORT, STATE_DIR, fake_gpu_dir, log_file, munge_socket,
-    own_pid_file, slurm_conf_path, spec_file,
+    CLUSTER_NAME,
+    CRED_EXPIRE_S,
+    CTLD_PORT,
+    DB_PASS,
+    DB_USER,
+    DBD_PORT,
+    GPU_NODES,
+    GPUS_PER_NODE,
+    MARIADB_PORT,
+    STATE_DIR,
+    fake_gpu_dir,
+    log_file,
+    munge_socket,
+    own_pid_file,
+    slurm_conf_path,
+    spec_file,
 )
 
 HOSTS_FILE = Path("/etc/hosts")

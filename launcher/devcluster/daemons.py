@@ -22,12 +22,34 @@ from collections.abc import Callable
 
 from launcher.devcluster.config import Node, Spec
 from launcher.devcluster.paths import (
-    ACCOUNT, CLUSTER_NAME, DB_PASS, DB_USER, DBD_PORT, MARIADB_PORT, READY_TIMEOUT_S,
-    STATE_DIR, ClusterError, daemon_logs, log_file, mariadb_datadir, mariadb_socket,
-    munge_key, munge_socket, out_file, own_pid_file, slurm_conf_path,
+    ACCOUNT,
+    CLUSTER_NAME,
+    DB_PASS,
+    DB_USER,
+    DBD_PORT,
+    MARIADB_PORT,
+    READY_TIMEOUT_S,
+    STATE_DIR,
+    ClusterError,
+    daemon_logs,
+    log_file,
+    mariadb_datadir,
+    mariadb_socket,
+    munge_key,
+    munge_socket,
+    out_file,
+    own_pid_file,
+    slurm_conf_path,
 )
 from launcher.devcluster.processes import (
-    Daemon, port_open, probe, run, running_pid, start_daemon, started_names, stop_daemon,
+    Daemon,
+    port_open,
+    probe,
+    run,
+    running_pid,
+    start_daemon,
+    started_names,
+    stop_daemon,
     wait_for,
 )
 

@@ -21,7 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.devcluster.paths import (
-    DAEMON_MARK_VAR, STATE_DIR, ClusterError, client_env, daemon_logs, out_file, pid_file,
+    DAEMON_MARK_VAR,
+    STATE_DIR,
+    ClusterError,
+    client_env,
+    daemon_logs,
+    out_file,
+    pid_file,
 )
 
 # Start order; `down` stops in reverse (nodes, controller, accounting, auth, db).

@@ -3,7 +3,7 @@ without loading the sending code itself)."""
 
 from __future__ import annotations
 
-from trainer.schema import ConfigError
+from trainer.config.schema import ConfigError
 
 
 class SubmissionRefused(ConfigError):

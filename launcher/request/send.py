@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.cluster.jobids import distinct_bases
+from launcher.cluster.said import one_line
 from launcher.cluster.slurm.env import slurm_env
 from launcher.request.errors import PartiallySubmitted, SubmissionRefused
 from launcher.request.executor import make_executor
@@ -24,9 +25,7 @@ from launcher.request.submission import Submission
 from launcher.rundir import snapshot
 from launcher.rundir.layout import RUN_FILE
 from launcher.rundir.record import update_record
-from launcher.cluster.said import one_line
-
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+from trainer.config.lookup import CODE_ROOT
 
 
 @contextlib.contextmanager
@@ -46,7 +45,7 @@ def submission_environment(slurm_conf: str, code_dir: Path | None = None,
     os.environ.update(extra or {})
     # The task unpickles launcher.node.TrainTask wherever it runs: make the project importable there
     # even when the submitter was started from another folder and the project is not installed.
-    code = str(code_dir or PROJECT_ROOT)
+    code = str(code_dir or CODE_ROOT)
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (code, os.environ.get("PYTHONPATH", "")) if p)
     try:
         if code_dir is not None:

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import shlex
 import sys
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from launcher.cluster.slurm import sbatch
 from launcher.config.profile import Profile
 from launcher.rundir.layout import log_dir, task_dir
-from trainer.config import JobConfig, RunSettings
+from trainer.config.job import JobConfig, RunSettings, data_folder
+from trainer.config.lookup import CODE_ROOT
 
 
 @dataclass
@@ -57,6 +58,9 @@ class Submission:
     # What srun (or the local executor) starts before `-u -m submitit.core._submit`: the profile's
     # interpreter or container; None: submitit's default, this submitter's interpreter.
     python: str | None = None
+    # What SLURM is asked for (None for the local and debug executors): the preflight checks it, and
+    # `parameters` and `python` are made from it.
+    request: sbatch.SlurmRequest | None = None
 
     @property
     def is_array(self) -> bool:
@@ -65,10 +69,6 @@ class Submission:
     @property
     def max_num_timeout(self) -> int:
         return self.profile.max_timeout_requeues
-
-    @property
-    def slurm_request(self) -> sbatch.SlurmRequest:
-        return slurm_request(self.profile, self.tasks[0].job.name, self.after_job_ids, self.run_dir)
 
     def describe(self) -> dict[str, Any]:
         """JSON-ready view for --dry-run and run.json."""
@@ -84,13 +84,10 @@ class Submission:
         }
 
 
-# The code the tasks import (on PYTHONPATH, launcher/request/send.py): bound into containers.
-CODE_ROOT = Path(__file__).resolve().parents[2]
-
-
 def slurm_request(profile: Profile, job_name: str, after: list[str] | None = None,
                   run_dir: Path | None = None) -> sbatch.SlurmRequest:
-    """What the profile asks SLURM for (also what the live preflight checks)."""
+    """What the profile asks SLURM for: built once per submission (`build`), then read by the live
+    preflight, the executor parameters and the batch script alike."""
     # A container sees the run folder (pickles, checkpoints, results) and the code as on the host.
     binds = [*profile.container_binds, str(CODE_ROOT), *([str(run_dir)] if run_dir else [])] \
         if profile.container else []
@@ -105,11 +102,8 @@ def slurm_request(profile: Profile, job_name: str, after: list[str] | None = Non
         container_binds=binds)
 
 
-def executor_parameters(profile: Profile, job_name: str, after: list[str], run_dir: Path | None = None,
-                        ) -> dict[str, Any]:
-    """submitit parameters for the profile's executor (SLURM's names for slurm)."""
-    if profile.executor == "slurm":
-        return sbatch.parameters(slurm_request(profile, job_name, after, run_dir))
+def local_parameters(profile: Profile) -> dict[str, Any]:
+    """submitit's parameters for the local and debug executors (SLURM's come from the request)."""
     if profile.executor == "debug":
         return {"timeout_min": profile.time_min}
     return {"timeout_min": profile.time_min, "tasks_per_node": profile.tasks_per_node, "nodes": 1,
@@ -117,7 +111,7 @@ def executor_parameters(profile: Profile, job_name: str, after: list[str], run_d
 
 
 def run_settings(profile: Profile, job: JobConfig, folder: Path) -> RunSettings:
-    data_dir = Path(job.data_dir or profile.data_dir).expanduser()
+    data_dir = Path(data_folder(job, profile.data_dir)).expanduser()
     return RunSettings(
         run_dir=str(folder), data_dir=str(data_dir.resolve()), use_gpus=profile.gpus_per_node > 0,
         threads=profile.cpus_per_task, checkpoint_every_steps=profile.checkpoint_every_steps,
@@ -132,18 +126,19 @@ def build(profile: Profile, points: list[Point], run_dir: Path, is_sweep: bool,
     """The whole submission for `points` (one, or one per array task) under `run_dir`. Pure."""
     tasks = [TaskSpec(p.task, p.job, run_settings(profile, p.job, task_dir(run_dir, p.task, is_sweep)), p.overrides)
              for p in points]
-    params = executor_parameters(profile, points[0].job.name, after or [], run_dir)
+    request = None
     if profile.executor == "slurm":
-        python = sbatch.python_command(slurm_request(profile, points[0].job.name, after, run_dir))
+        request = slurm_request(profile, points[0].job.name, after, run_dir)
+        params, python = sbatch.parameters(request), sbatch.python_command(request)
     else:  # the local executor starts the same command (containers need srun: refused in Profile)
-        python = shlex.quote(profile.python) if profile.python else None
+        params, python = local_parameters(profile), shlex.quote(profile.python) if profile.python else None
     return Submission(profile.executor, run_dir, log_dir(run_dir), profile, tasks, params,
-                      profile.slurm_conf_file, list(after or []), python)
+                      profile.slurm_conf_file, list(after or []), python, request)
 
 
 def moved(sub: Submission, run_dir: Path) -> Submission:
     """The same submission under another (not yet existing) run folder: a concurrent submitter took
-    the name first (two runs of one job started in the same second)."""
-    tasks = [replace(t, settings=replace(t.settings, run_dir=str(task_dir(run_dir, t.task, sub.is_array))))
-             for t in sub.tasks]
-    return replace(sub, run_dir=run_dir, log_dir=log_dir(run_dir), tasks=tasks)
+    the name first (two runs of one job started in the same second). Built again: the request binds
+    the run folder into a container."""
+    points = [Point(t.task, t.job, t.overrides) for t in sub.tasks]
+    return build(sub.profile, points, run_dir, sub.is_array, sub.after_job_ids)

@@ -1,4 +1,4 @@
-"""Every name in a run folder, in one place.
+"""Every name in a run folder, in one place (the trainer's own from trainer.rank.rundir).
 
     runs/20261129-184500-digits-local/
         run.json        what was submitted (profile, job, executor parameters, job ids, command)
@@ -23,8 +23,8 @@ import os
 import time
 from pathlib import Path
 
-from trainer import events
-from trainer.schema import ConfigError
+from trainer.config.schema import ConfigError
+from trainer.rank import rundir
 
 RUN_FILE = "run.json"
 TASKS_FILE = "tasks.json"
@@ -32,8 +32,9 @@ PROFILE_FILE = "profile.yaml"
 JOB_FILE = "job.yaml"
 RESULT_FILE = "result.json"
 FAILURE_FILE = "failure.json"
-METRICS_FILE = "metrics.jsonl"  # written by the trainer
-EVENTS_FILE = events.EVENTS_FILE  # written by the trainer
+# Written by the trainer (trainer.rank.rundir holds those names).
+METRICS_FILE = rundir.METRICS_FILE
+EVENTS_FILE = rundir.EVENTS_FILE
 CURVES_FILE = "curves.png"
 SUMMARY_CSV, SUMMARY_MD, SUMMARY_PNG = "summary.csv", "summary.md", "summary.png"
 LOGS_DIR = "logs"
@@ -149,9 +150,3 @@ def result_pickle_names(job_id: str, files: dict[str, os.DirEntry[str]]) -> list
     prefix, suffix = f"{job_id}_", "_result.pkl"
     return [name for name in files
             if name.startswith(prefix) and name.endswith(suffix) and len(name) >= len(prefix) + len(suffix)]
-
-
-def result_pickles(run_dir: Path, job_id: str) -> list[Path]:
-    """Each rank's result pickle submitit left for `job_id` (success or the rank's traceback)."""
-    folder = job_log_dir(run_dir, job_id)
-    return [folder / name for name in result_pickle_names(job_id, job_files(run_dir, job_id))]

@@ -13,9 +13,9 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from launcher.rundir.layout import job_files, job_log_dir, result_pickle_names
 from launcher.cluster.said import last_line
-from trainer.schema import ConfigError
+from launcher.rundir.layout import job_files, job_log_dir, result_pickle_names
+from trainer.config.schema import ConfigError
 
 # What a rank that died of a peer's failure reports.
 SYMPTOMS = ("timed out", "Timeout", "Connection closed", "Connection reset", "Broken pipe",

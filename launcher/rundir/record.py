@@ -27,7 +27,7 @@ from launcher.rundir.layout import (
     TASKS_FILE,
     task_dir,
 )
-from trainer.schema import ConfigError
+from trainer.config.schema import ConfigError
 
 
 def write_json(path: Path, data: Any, indent: int | None = 1) -> None:

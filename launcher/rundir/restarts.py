@@ -1,7 +1,7 @@
 """How many times a run was restarted, and why, read from its event log (`events.jsonl`).
 
-Every attempt of a task writes a "started" event (launcher.task); the trainer adds "resumed",
-"stopped" and "finished" (trainer.events). A restart is every "started" after the first; its cause
+Every attempt of a task writes a "started" event (launcher.node); the trainer adds "resumed",
+"stopped" and "finished" (trainer.rank.events). A restart is every "started" after the first; its cause
 is read from what the previous attempt left:
 
 * it stopped on the requeue signal and submitit requeued it: "timeout" or "preemption"
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainer import events
+from trainer.rank import events
 
 CAUSES = {
     "timeout": "requeued after its time limit",
@@ -75,11 +75,7 @@ def read(run_dir: Path | str) -> Restarts:
 
 
 def classify(log: list[dict[str, Any]]) -> Restarts:
-    attempts: list[list[dict[str, Any]]] = []
-    for event in log:
-        if event["event"] == "started" or not attempts:
-            attempts.append([])
-        attempts[-1].append(event)
+    attempts = events.attempts(log)
     if not any(e["event"] == "started" for e in log):
         # A run without launcher "started" lines (the trainer run by hand): each resume is a restart.
         return Restarts([Restart("failure", e.get("time", 0.0), str(e.get("job_id", "")), e.get("step"))

@@ -23,11 +23,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from trainer.config.lookup import CODE_ROOT
+
 SNAPSHOT_DIR = "code"
 NOTE_FILE = "SNAPSHOT.json"
 PACKAGES = ("launcher", "trainer")
 # The folder holding the packages the tasks import (the checkout, or site-packages when installed).
-CODE_ROOT = Path(__file__).resolve().parents[2]
 
 
 def snapshot_dir(run_dir: Path) -> Path:

@@ -1,6 +1,6 @@
 """A user's loop that keeps state which differs between ranks (each rank's running loss over the
 epoch, checkpointed with `per_rank=`), checkpoints every epoch end itself, and shows rank 0's
-progress and a log line: the parts of trainer.api the built-in recipes (trainer.builtin) use too.
+progress and a log line: the parts of trainer.api the built-in recipes (trainer.recipes.training) use too.
 The tests submit it as `entrypoint: "tests.userpkg.perrank:train"`."""
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import pwd
 import subprocess
 
 from launcher.cluster.said import last_line
-from trainer.schema import ConfigError
+from trainer.config.schema import ConfigError
 
 TIMEOUT_S = 15.0
 

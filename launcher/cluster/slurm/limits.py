@@ -15,12 +15,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from launcher.cluster.said import last_line
 from launcher.cluster.slurm import capacity
 from launcher.cluster.slurm.env import slurm_env
 from launcher.cluster.slurm.sbatch import SlurmRequest
-from launcher.cluster.said import last_line
-from trainer import hostlist
-from trainer.schema import ConfigError
+from trainer.config.schema import ConfigError
+from trainer.dist import hostlist
 
 # A healthy controller answers in milliseconds; an unreachable one makes scontrol retry for about
 # MessageTimeout (10 s by default). Give up before that rather than hang the submitter.

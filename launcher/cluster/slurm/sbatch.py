@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from launcher.cluster.slurm.srun import SRUN_ARGS
-from trainer.schema import ConfigError
+from trainer.config.schema import ConfigError
+from trainer.dist import threads
 
 # A pattern string: re compiles (and caches) it on first use, so a local submission never pays for it.
 _CONTROL = r"[\x00-\x1f\x7f]"
@@ -55,10 +56,10 @@ class SlurmRequest:
 def setup_lines(req: SlurmRequest) -> list[str]:
     """The batch script's setup: exports first (setup commands may read them), then the profile's
     setup lines as written. Exported values are quoted: nothing from env is interpreted by the shell."""
-    # OMP_NUM_THREADS: libraries that start thread pools before the trainer sets its thread count
-    # (torch reads it at import) use the task's CPUs, not the whole node's.
+    # The thread variables: libraries that start thread pools before the trainer sets its thread count
+    # (torch reads OMP_NUM_THREADS at import) use the task's CPUs, not the whole node's.
     env = {**({"SLURM_CONF": req.slurm_conf} if req.slurm_conf else {}), "SUBMITIT_PREEMPT_SIGNAL": req.signal,
-           "OMP_NUM_THREADS": str(req.cpus_per_task), **req.env}
+           **threads.variables(req.cpus_per_task), **req.env}
     lines = [f"export {key}={shlex.quote(value)}" for key, value in env.items()]
     lines += req.setup  # as written, once the preflight's `bash -n` accepted them (limits.check_setup_lines)
     return lines

@@ -16,10 +16,14 @@ import os
 from pathlib import Path
 from typing import NamedTuple
 
-from trainer.schema import ConfigError
+from trainer.config.schema import ConfigError
 
 TOOL = "ddp-submit"
 CONFIG_DIR_VAR = "DDP_SUBMIT_CONFIG_DIR"
+# The folder that holds the packages `trainer/` and `launcher/` (and, in a checkout, `submit.py`,
+# `jobs/`, `cluster_profiles/`): the checkout's top level, or site-packages when installed. The one
+# place the project derives it (the code snapshot, the tasks' PYTHONPATH and container binds use it).
+CODE_ROOT = Path(__file__).resolve().parents[2]
 
 
 def user_dir() -> Path:
@@ -30,11 +34,12 @@ def user_dir() -> Path:
     return Path(base).expanduser() / TOOL
 
 
-def shipped_dir(package_dir: Path, folder: str) -> Path:
-    """The shipped folder: inside the package when installed from a wheel (package data), else the
-    checkout's top-level folder (`python submit.py`, editable installs)."""
-    inside = package_dir / folder
-    return inside if inside.is_dir() else package_dir.parent / folder
+def shipped_dir(package: str, folder: str) -> Path:
+    """The shipped `folder` ("jobs", "cluster_profiles"): package data inside `package` when
+    installed from a wheel (setup.py), else the checkout's top-level folder (`python submit.py`,
+    editable installs)."""
+    inside = CODE_ROOT / package / folder
+    return inside if inside.is_dir() else CODE_ROOT / folder
 
 
 class Place(NamedTuple):

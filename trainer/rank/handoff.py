@@ -1,7 +1,7 @@
 """How a `script:` job stops for a requeue: the hand-off between the script and the task that runs it.
 
-A script runs in a child process of each task (trainer.scriptrun), so the requeue protocol of the
-built-in jobs (trainer.stopping: all ranks agree, rank 0 checkpoints, the launcher requeues, every
+A script runs in a child process of each task (trainer.runners.scripts), so the requeue protocol of the
+built-in jobs (trainer.rank.stopping: all ranks agree, rank 0 checkpoints, the launcher requeues, every
 rank exits the same way) is split between the two processes of each rank:
 
 * A script that calls `trainer.api.init()` stops at `ctx.step_boundary` with the built-in protocol
@@ -17,7 +17,7 @@ rank exits the same way) is split between the two processes of each rank:
   requeued: srun --kill-on-bad-exit would otherwise end rank 0 first). Such a script restarts from
   scratch.
 
-Files carry the attempt (the run's "started" events, one per attempt, written by rank 0's task before
+Files carry the attempt (trainer.rank.events.attempt_number: the run's "started" events, written by rank 0's task before
 the script starts), so a previous attempt's leftovers are never read as this one's. No torch here:
 the task side imports this without torch.
 """
@@ -32,8 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainer import events
-from trainer.stopping import StopRequested
+from trainer.rank.rundir import SCRIPT_STOPS_DIR
+from trainer.rank.stopping import StopRequested
 
 # sysexits.h EX_TEMPFAIL, "a temporary failure: try again later": a script that stopped at a step
 # boundary and checkpointed (a requeue resumes it). Chosen to differ from 1 (an uncaught exception),
@@ -44,13 +44,6 @@ STOPPED_EXIT_CODE = 75
 CHANNEL_VARIABLE = "TRAINER_SCRIPT_CHANNEL"  # the rank's node-local folder for the hand-off
 STOP_SIGNAL_VARIABLE = "TRAINER_STOP_SIGNAL"  # the profile's requeue signal (init() takes it over)
 INTERRUPT_VARIABLE = "TRAINER_INTERRUPT_AT"  # job.interrupt_at, the test aid: steps to stop at
-
-SHARED_FOLDER = "script-stops"
-
-
-def attempt(run_dir: Path | str) -> int:
-    """This attempt's number (1 for the first): the run's "started" events so far."""
-    return sum(1 for e in events.read(run_dir) if e.get("event") == "started")
 
 
 def _write(path: Path, payload: dict[str, Any]) -> None:
@@ -122,7 +115,7 @@ def exit_as_stopped_on_stop_requested(channel: str) -> None:
     atexit.register(exit_stopped)
 
 
-# ----- the task's side, one rank (trainer.scriptrun) ---------------------------------------------
+# ----- the task's side, one rank (trainer.runners.scripts) ---------------------------------------------
 
 def pending_request(channel: str) -> str | None:
     """The signal the script's rank 0 asks a decision for, if it asked."""
@@ -141,14 +134,14 @@ def script_stop(channel: str) -> dict[str, Any] | None:
 # ----- between the tasks of a run (scripts that use none of the API) -------------------------------
 
 def note_signal(run_dir: Path | str, rank: int, number: int, signal_name: str) -> None:
-    folder = Path(run_dir) / SHARED_FOLDER
+    folder = Path(run_dir) / SCRIPT_STOPS_DIR
     folder.mkdir(parents=True, exist_ok=True)
     _write(folder / f"rank-{rank}.json", {"attempt": number, "signal": signal_name, "time": time.time()})
 
 
 def signalled(run_dir: Path | str, number: int, timeout: float) -> str | None:
     """The requeue signal a task of this attempt got (waiting up to `timeout` s), or None."""
-    folder = Path(run_dir) / SHARED_FOLDER
+    folder = Path(run_dir) / SCRIPT_STOPS_DIR
 
     def read() -> str | None:
         for path in sorted(folder.glob("rank-*.json")) if folder.is_dir() else []:
@@ -161,14 +154,14 @@ def signalled(run_dir: Path | str, number: int, timeout: float) -> str | None:
 
 
 def publish_decision(run_dir: Path | str, number: int, info: dict[str, Any]) -> None:
-    folder = Path(run_dir) / SHARED_FOLDER
+    folder = Path(run_dir) / SCRIPT_STOPS_DIR
     folder.mkdir(parents=True, exist_ok=True)
     _write(folder / "decision.json", {**info, "attempt": number})
 
 
 def decision(run_dir: Path | str, number: int, timeout: float) -> dict[str, Any] | None:
     """Rank 0's decision for this attempt (waiting up to `timeout` s), or None."""
-    path = Path(run_dir) / SHARED_FOLDER / "decision.json"
+    path = Path(run_dir) / SCRIPT_STOPS_DIR / "decision.json"
 
     def read() -> dict[str, Any] | None:
         found = _read(path)

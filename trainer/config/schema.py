@@ -1,8 +1,9 @@
 """Turn plain mappings (parsed YAML) into validated, typed dataclasses.
 
 Every error names the file, the key, the bad value and what would be valid, so that the command
-line can print one line and exit 2 instead of a traceback. Shared by jobs (here) and cluster
-profiles (in the submitter), which is why it lives in the package both may import.
+line can print one line and exit 2 instead of a traceback. Shared by jobs (trainer.config.job),
+cluster profiles (launcher.config.profile) and a user's config dataclass (trainer.runners.entrypoints).
+Reading the files themselves is trainer.config.files'.
 """
 
 from __future__ import annotations
@@ -11,11 +12,9 @@ import dataclasses
 import difflib
 import functools
 import math
-import os
 import types
 import typing
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, Literal, TypeVar, Union
 
 T = TypeVar("T")
@@ -163,82 +162,3 @@ def require(condition: bool, key: str, value: Any, expected: str) -> None:
     """For `__post_init__`: one-line range checks that `build` turns into ConfigError."""
     if not condition:
         raise FieldError(key, value, expected)
-
-
-def read_yaml(path: os.PathLike[str] | str) -> dict[str, Any]:
-    """Read one YAML mapping with the project's one loader (`trainer.yamlio`: YAML 1.2 scalars, so
-    `1e-3` is a number and `1:30:00` a string); malformed YAML, an empty file or a non-mapping is a
-    ConfigError naming the file."""
-    from trainer import yamlio  # PyYAML: imported here so that `--help` does not pay for it
-
-    try:
-        with open(path, "rb") as fh:
-            data = yamlio.load_bytes(fh.read())
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: file not found") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{path}: is a folder, not a YAML file") from None
-    except yamlio.YamlError as err:
-        raise ConfigError(f"{path}: {err}") from None
-    if data is None:
-        raise ConfigError(f"{path}: the file is empty; expected a mapping of keys to values "
-                          f"(e.g. 'extends: local' and the keys that differ)")
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping of keys to values, got {type(data).__name__}")
-    return data
-
-
-def load_with_extends(path: Path, find: typing.Callable[[str, Path], Path],
-                      prepare: typing.Callable[[dict[str, Any], Path], dict[str, Any]] | None = None,
-                      ) -> tuple[dict[str, Any], str]:
-    """Load `path`, merging in the files it `extends:` (recursively, the child wins, mappings merge).
-
-    Returns the merged mapping and a description of its source chain for error messages.
-    `find(name, relative_to)` turns an `extends:` value into a path. `prepare(data, file)` sees each
-    file's own mapping before the merge (relative paths are relative to the file that wrote them).
-    """
-    chain: list[Path] = []
-    merged: dict[str, Any] = {}
-    current: Path | None = path
-    while current is not None:
-        if current.resolve() in [p.resolve() for p in chain]:
-            names = " -> ".join(str(p) for p in chain + [current])
-            raise ConfigError(f"{path}: 'extends' forms a cycle: {names}")
-        chain.append(current)
-        data = read_yaml(current)
-        parent = data.pop("extends", None)
-        if prepare is not None:
-            data = prepare(data, current)
-        merged = deep_merge(data, merged)
-        if parent is None:
-            current = None
-        elif not isinstance(parent, str) or not parent:
-            raise bad_value_error(str(current), "extends", parent, "the name or path of another file")
-        else:
-            current = find(parent, current.parent)
-    source = str(chain[0]) if len(chain) == 1 else f"{chain[0]} (extending {', '.join(map(str, chain[1:]))})"
-    return merged, source
-
-
-def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in override.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
-            out[key] = deep_merge(out[key], value)
-        else:
-            out[key] = value
-    return out
-
-
-def find_named_file(kind: str, folder: Path, name: str, relative_to: Path | None = None) -> Path:
-    """A `kind` ("job", "profile") by NAME (folder/NAME.yaml) or by path (also relative to the file
-    that `extends:` it); otherwise a ConfigError listing the known names."""
-    candidates = [Path(name)]
-    if relative_to is not None:
-        candidates.append(relative_to / name)
-    candidates += [folder / name, folder / f"{name}.yaml"]
-    for path in candidates:
-        if path.is_file():
-            return path
-    known = sorted(p.stem for p in folder.glob("*.yaml"))
-    raise ConfigError(f"{kind} '{name}' not found: not a file, and not one of {folder.name}/: {', '.join(known)}")

@@ -1,9 +1,11 @@
 """The run's event log, `events.jsonl`: one JSON object per line, appended by rank 0.
 
-It is the run's memory across restarts: every attempt writes "started"; the trainer adds
-"resumed" (which checkpoint, which step, which bad checkpoints it skipped), "stopped" (a stop
-signal: the step, the signal, whether the job requeued itself and why) and "finished". The
-submitter's `restarts` and `status` read it back (`launcher.restarts`).
+It is the run's memory across restarts: every attempt writes "started" (the launcher's task, on
+rank 0, before training); the trainer adds "resumed" (which checkpoint, which step, which bad
+checkpoints it skipped), "stopped" (a stop signal: the step, the signal, whether the job requeued
+itself and why) and "finished". An attempt is what follows one "started" (`attempts`); the
+submitter's `restarts` and `status` read them back (launcher.rundir.restarts), and a rank knows its
+attempt number from them (`attempt_number`).
 
 No torch here: the submitter reads this file too.
 """
@@ -16,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-EVENTS_FILE = "events.jsonl"
+from trainer.rank.rundir import EVENTS_FILE
 
 
 def append(run_dir: Path | str, event: str, **fields: Any) -> dict[str, Any]:
@@ -51,3 +53,20 @@ def read(run_dir: Path | str) -> list[dict[str, Any]]:
         if isinstance(record, dict) and "event" in record:
             out.append(record)
     return out
+
+
+def attempts(log: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """The events split into attempts: each "started" begins one (events before the first, of a
+    run the launcher did not start, form an attempt of their own)."""
+    out: list[list[dict[str, Any]]] = []
+    for event in log:
+        if event["event"] == "started" or not out:
+            out.append([])
+        out[-1].append(event)
+    return out
+
+
+def attempt_number(run_dir: Path | str) -> int:
+    """This attempt's number (1 for the first) as the launcher recorded it: the run's "started"
+    events; 0 for a run the launcher did not start (torchrun by hand, plain python)."""
+    return sum(1 for e in read(run_dir) if e["event"] == "started")

@@ -93,6 +93,9 @@ class SmallResNet(nn.Module):
         return self.head(x) * self.logit_scale
 
 
+# By the names a job's `model` takes (trainer.config.job.Model).
+MODELS: dict[str, type[nn.Module]] = {"lenet": LeNet, "mlp": MLP, "resnet-small": SmallResNet}
+
+
 def build_model(name: str, num_classes: int = 10) -> nn.Module:
-    builders = {"lenet": LeNet, "mlp": MLP, "resnet-small": SmallResNet}
-    return builders[name](num_classes)
+    return MODELS[name](num_classes)

@@ -19,15 +19,13 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data.distributed import DistributedSampler
 
-CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
-
 
 class DataError(RuntimeError):
     """The data could not be prepared; the message says why and what to do."""
 
 
 @dataclass
-class TensorDataset:
+class ImageTensors:
     """A dataset held as tensors: uint8 images, int64 labels and the training images' channel statistics."""
 
     train_x: torch.Tensor  # uint8, N x C x H x W
@@ -37,15 +35,15 @@ class TensorDataset:
     mean: torch.Tensor  # float32, C: per-channel mean of the training images, in [0, 1] units
     std: torch.Tensor
 
-    def to(self, device: torch.device) -> "TensorDataset":
-        return TensorDataset(*(t.to(device, non_blocking=True) for t in
+    def to(self, device: torch.device) -> "ImageTensors":
+        return ImageTensors(*(t.to(device, non_blocking=True) for t in
                                (self.train_x, self.train_y, self.test_x, self.test_y, self.mean, self.std)))
 
 
-def _from_arrays(train_x, train_y, test_x, test_y) -> TensorDataset:  # numpy in, tensors out
+def _from_arrays(train_x, train_y, test_x, test_y) -> ImageTensors:  # numpy in, tensors out
     tx = torch.as_tensor(train_x).contiguous()
     mean, std = channel_stats(tx)
-    return TensorDataset(tx, torch.as_tensor(train_y, dtype=torch.int64),
+    return ImageTensors(tx, torch.as_tensor(train_y, dtype=torch.int64),
                          torch.as_tensor(test_x).contiguous(), torch.as_tensor(test_y, dtype=torch.int64),
                          mean, std.clamp_min(1e-3))
 
@@ -68,7 +66,7 @@ def channel_stats(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.stack(means).float(), torch.stack(stds).float()
 
 
-def load_digits() -> TensorDataset:
+def load_digits() -> ImageTensors:
     """scikit-learn's real 8x8 digits (1797 images, 16 grey levels), a fixed stratified 75/25 split
     (1347 train, 450 test).
 
@@ -110,7 +108,7 @@ def stratified_test_indices(labels, fraction: float, seed: int):  # numpy in and
     return np.sort(np.concatenate(chosen))
 
 
-def load_synthetic_cifar10(train_size: int, test_size: int, seed: int) -> TensorDataset:
+def load_synthetic_cifar10(train_size: int, test_size: int, seed: int) -> ImageTensors:
     """CIFAR-10-shaped images with a learnable class signal, made locally (benchmarks, tests)."""
     g = torch.Generator().manual_seed(seed)
     templates = torch.rand(10, 3, 32, 32, generator=g)
@@ -152,7 +150,7 @@ def _cifar10_class(verify_checksums: bool):  # noqa: ANN202 - a torchvision data
     return LocalCopyCIFAR10
 
 
-def load_cifar10(root: Path, download: bool, verify_checksums: bool = True) -> TensorDataset:
+def load_cifar10(root: Path, download: bool, verify_checksums: bool = True) -> ImageTensors:
     """CIFAR-10 through torchvision (its files, its checksums); the images stay uint8 arrays."""
     cifar10 = _cifar10_class(verify_checksums)
     try:
@@ -208,7 +206,7 @@ def batch_generator(seed: int, epoch: int, step: int, rank: int) -> torch.Genera
     return torch.Generator().manual_seed(mixed % (1 << 63))
 
 
-def prepare(x: torch.Tensor, data: TensorDataset, augment: bool, gen: torch.Generator | None,
+def prepare(x: torch.Tensor, data: ImageTensors, augment: bool, gen: torch.Generator | None,
             channels_last: bool = False) -> torch.Tensor:
     """uint8 batch -> normalised float batch, optionally with random crop (pad 4) and flip.
 

@@ -3,12 +3,12 @@
 The child gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT (this task's
 place in the job), TORCHELASTIC_RESTART_COUNT (attempts before this one), TRAINER_RUN_DIR (the run
 folder, where trainer.api.init() puts metrics and checkpoints) and the thread variables set to the
-profile's cpus_per_task: a script written for torchrun runs unchanged, and forms its own process
+profile's cpus_per_task (capped as a function rank's are: trainer.dist.threads): a script written for torchrun runs unchanged, and forms its own process
 group (this process forms none). Its standard output passes through; a last line that is a JSON
 object joins the run's result.
 
 A stop signal that reaches this process is forwarded to the child, and the stop ends in a requeue
-like a built-in job's (trainer.scriptstop: the hand-off): a script that calls trainer.api.init()
+like a built-in job's (trainer.rank.handoff: the hand-off): a script that calls trainer.api.init()
 checkpoints at its next `ctx.step_boundary` and resumes from it; any other script is ended by the
 signal and restarts from scratch (the "stopped" and "restarted_from_scratch" events say so).
 """
@@ -23,41 +23,47 @@ import sys
 import tempfile
 import threading
 import time
-from pathlib import Path
 from typing import Any, NoReturn
 
-from trainer import distenv, events, scriptstop
-from trainer.config import JobConfig, RunSettings
-from trainer.runtime import THREAD_VARIABLES
-from trainer.stopping import KIND_NAMES, NONE, REQUEUE, TERMINATE, StopHook, StopRequested, StopSignals, \
-    signal_number
+from trainer.config.job import JobConfig, RunSettings
+from trainer.dist import threads
+from trainer.dist.environment import DistEnv
+from trainer.rank import events, handoff, rundir, stopping
+from trainer.rank.stopping import (
+    KIND_NAMES,
+    NONE,
+    REQUEUE,
+    TERMINATE,
+    StopHook,
+    StopRequested,
+    StopSignals,
+    signal_number,
+)
+from trainer.runners.envelope import envelope
 
 
 class ScriptFailed(RuntimeError):
     """The script exited with a non-zero status on this rank."""
 
 
-def child_environment(env: distenv.DistEnv, settings: RunSettings, restarts: int,
+def child_environment(env: DistEnv, settings: RunSettings, restarts: int, thread_count: int,
                       base: dict[str, str] | None = None) -> dict[str, str]:
+    """The script's environment: this task's, with torchrun's variables for this rank and the
+    thread variables at this rank's thread count (trainer.dist.threads)."""
     out = dict(os.environ if base is None else base)
     out.update(RANK=str(env.rank), WORLD_SIZE=str(env.world_size), LOCAL_RANK=str(env.local_rank),
                LOCAL_WORLD_SIZE=str(env.local_world_size), MASTER_ADDR=env.master_addr,
                MASTER_PORT=str(env.master_port), TORCHELASTIC_RESTART_COUNT=str(restarts),
                TRAINER_RUN_DIR=settings.run_dir)
-    for name in THREAD_VARIABLES:
-        out[name] = str(settings.threads)
+    out.update(threads.variables(thread_count))
     return out
 
 
-def has_checkpoint(run_dir: str) -> bool:
-    folder = Path(run_dir) / "checkpoints"
-    return folder.is_dir() and any(p.name.startswith("ckpt-") for p in folder.iterdir())
-
-
-def run(job: JobConfig, settings: RunSettings, env: distenv.DistEnv, stops: StopSignals,
-        on_stop: StopHook | None = None) -> dict[str, Any]:
-    number = max(scriptstop.attempt(settings.run_dir), 1)
-    if env.is_main and number > 1 and not has_checkpoint(settings.run_dir):
+def run_script(job: JobConfig, settings: RunSettings, env: DistEnv, stops: StopSignals,
+               on_stop: StopHook | None = None) -> dict[str, Any]:
+    """Run the job's script on this rank to its end; its result, or StopRequested / ScriptFailed."""
+    number = max(events.attempt_number(settings.run_dir), 1)
+    if env.is_main and number > 1 and not rundir.has_checkpoint(settings.run_dir):
         events.append(settings.run_dir, "restarted_from_scratch", attempt=number, script=job.script)
     with tempfile.TemporaryDirectory(prefix="trainer-script-") as channel:
         return Child(job, settings, env, stops, on_stop, number, channel).run()
@@ -66,7 +72,7 @@ def run(job: JobConfig, settings: RunSettings, env: distenv.DistEnv, stops: Stop
 class Child:
     """The script on this rank, and what its end means (a result, a stop, or a failure)."""
 
-    def __init__(self, job: JobConfig, settings: RunSettings, env: distenv.DistEnv, stops: StopSignals,
+    def __init__(self, job: JobConfig, settings: RunSettings, env: DistEnv, stops: StopSignals,
                  on_stop: StopHook | None, number: int, channel: str) -> None:
         self.job, self.settings, self.env, self.stops, self.on_stop = job, settings, env, stops, on_stop
         self.number, self.channel = number, channel  # number: this attempt, as this rank saw it at its start
@@ -74,10 +80,11 @@ class Child:
         self.last: dict[str, Any] = {}
 
     def run(self) -> dict[str, Any]:
-        child_env = child_environment(self.env, self.settings, self.number - 1)
-        child_env.update({scriptstop.CHANNEL_VARIABLE: self.channel,
-                          scriptstop.STOP_SIGNAL_VARIABLE: self.settings.stop_signal,
-                          scriptstop.INTERRUPT_VARIABLE: str(self.job.interrupt_at)})
+        thread_count = threads.count(self.settings.threads)
+        child_env = child_environment(self.env, self.settings, self.number - 1, thread_count)
+        child_env.update({handoff.CHANNEL_VARIABLE: self.channel,
+                          handoff.STOP_SIGNAL_VARIABLE: self.settings.stop_signal,
+                          handoff.INTERRUPT_VARIABLE: str(self.job.interrupt_at)})
         start = time.perf_counter()
         child = subprocess.Popen([sys.executable, self.job.script, *self.job.args], env=child_env,
                                  stdout=subprocess.PIPE, text=True, cwd=os.getcwd(), start_new_session=False)
@@ -90,31 +97,29 @@ class Child:
                 # boundary; a script without it is ended by the signal). Other tasks learn of it from
                 # the run folder (a peer's script may end first, by the broken connections).
                 if self.stops.kind == REQUEUE:
-                    scriptstop.note_signal(self.settings.run_dir, self.env.rank, self.attempt(), self.stops.name)
+                    handoff.note_signal(self.settings.run_dir, self.env.rank, self.attempt(), self.stops.name)
                 child.send_signal(signal_number(self.stops.name) or signal.SIGTERM)
                 forwarded = self.stops.kind
             if self.env.is_main and self.decided is None:
-                asked = scriptstop.pending_request(self.channel)
+                asked = handoff.pending_request(self.channel)
                 if asked is not None:  # the script's rank 0 checkpointed and asks: requeue?
-                    scriptstop.answer(self.channel, self.decide(asked))
+                    handoff.answer(self.channel, self.decide(asked))
             time.sleep(0.1)
         reader.join(timeout=10)
         if child.returncode == 0:
-            return {**{k: v for k, v in self.last.items() if isinstance(v, (int, float, str, bool))},
-                    "world_size": self.env.world_size, "run_dir": self.settings.run_dir, "node": self.env.node,
-                    "rank": self.env.rank, "master_addr": self.env.master_addr, "threads": self.settings.threads,
-                    "returncode": child.returncode, "wall_time_s": round(time.perf_counter() - start, 3)}
-        stop = scriptstop.script_stop(self.channel) if child.returncode == scriptstop.STOPPED_EXIT_CODE else None
+            metrics = {k: v for k, v in self.last.items() if isinstance(v, (int, float, str, bool))}
+            return envelope(metrics, self.env, self.settings.run_dir, thread_count, start, returncode=0)
+        stop = handoff.script_stop(self.channel) if child.returncode == handoff.STOPPED_EXIT_CODE else None
         if stop is not None:  # stopped at a step boundary through trainer.api, which wrote the event
             if self.env.is_main and self.decided is not None:
-                scriptstop.publish_decision(self.settings.run_dir, self.attempt(), self.decided)
+                handoff.publish_decision(self.settings.run_dir, self.attempt(), self.decided)
             raise StopRequested(int(stop["step"]), str(stop["signal"]), int(stop["kind"]), stop["info"])
         self.stopped_without_the_api(child.returncode, forwarded != NONE)
 
     def attempt(self) -> int:
         """This attempt's number, read again when needed: at this rank's start, rank 0's task may not
         have recorded the attempt yet (every rank has, once the scripts formed their process group)."""
-        return max(scriptstop.attempt(self.settings.run_dir), self.number)
+        return max(events.attempt_number(self.settings.run_dir), self.number)
 
     def relay(self, child: subprocess.Popen[str]) -> None:
         assert child.stdout is not None
@@ -131,16 +136,9 @@ class Child:
                     self.last.update(parsed)
 
     def decide(self, signal_name: str) -> dict[str, Any]:
-        """Rank 0: the launcher's requeue decision (once per attempt), as trainer.stopping makes it."""
+        """Rank 0: the launcher's requeue decision (once per attempt), as the built-in protocol makes it."""
         if self.decided is None:
-            if self.on_stop is None:
-                self.decided = {"requeued": False, "reason": "no requeue hook (not run by the submitter)"}
-            else:
-                try:
-                    self.decided = dict(self.on_stop(signal_name))
-                except Exception as err:  # noqa: BLE001 - reported on every rank through StopRequested
-                    self.decided = {"requeued": False, "reason": "requeue failed",
-                                    "message": f"{type(err).__name__}: {err}"}
+            self.decided = stopping.decide(REQUEUE, signal_name, self.on_stop)
         return self.decided
 
     def stopped_without_the_api(self, code: int, signalled_here: bool) -> NoReturn:
@@ -154,22 +152,22 @@ class Child:
             info: dict[str, Any] | None = {"requeued": False, "reason": "terminated"}
         elif self.env.is_main:
             # A peer's signal ends this script too (its connections break): wait a little for its note.
-            name = name if kind == REQUEUE else scriptstop.signalled(run_dir, self.attempt(), timeout=5.0) or ""
+            name = name if kind == REQUEUE else handoff.signalled(run_dir, self.attempt(), timeout=5.0) or ""
             if not name:
                 raise failed
             kind, info = REQUEUE, self.decide(name)
-            scriptstop.publish_decision(run_dir, self.attempt(), info)
+            handoff.publish_decision(run_dir, self.attempt(), info)
         else:
             if kind == NONE:
-                name = scriptstop.signalled(run_dir, self.attempt(), timeout=3.0) or ""
+                name = handoff.signalled(run_dir, self.attempt(), timeout=3.0) or ""
                 if not name:
                     raise failed
             kind = REQUEUE
-            info = scriptstop.decision(run_dir, self.attempt(), timeout=self.settings.collective_timeout_s + 60.0)
+            info = handoff.decision(run_dir, self.attempt(), timeout=self.settings.collective_timeout_s + 60.0)
             if info is None:
                 info = {"requeued": False, "reason": "rank 0 made no requeue decision"}
         if self.env.is_main:
-            scratch = not has_checkpoint(run_dir)
+            scratch = not rundir.has_checkpoint(run_dir)
             print(f"[task] {self.job.script} ended on SIG{name} (status {code}): "
                   + ("requeued" if info.get("requeued") else "not requeued")
                   + ("; it restarts from scratch (it wrote no checkpoint: trainer.api's ctx.step_boundary "

@@ -23,8 +23,8 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:  # annotations only: importing these at run time would import torch
-    from trainer.collectives import Ranks
-    from trainer.reporting import Reporter
+    from trainer.dist.ranks import Ranks
+    from trainer.rank.reporting import Reporter
 
 NONE, REQUEUE, TERMINATE = 0, 1, 2
 KIND_NAMES = {REQUEUE: "requeue", TERMINATE: "terminate"}
@@ -145,7 +145,7 @@ class StopProtocol:
         checkpoint()
         info: dict[str, Any] = {}
         if self.ranks.is_main:
-            info = self.decision(kind, name)
+            info = decide(kind, name, self.on_stop)
             self.report.log(f"stopped at step {where['step']} on SIG{name}: "
                             + ", ".join(f"{k} {v}" for k, v in info.items()))
             self.report.event("stopped", **where, signal=name, kind=KIND_NAMES[kind], **info)
@@ -154,14 +154,18 @@ class StopProtocol:
         info = self.ranks.broadcast(info)
         raise StopRequested(where["step"], name, kind, info)
 
-    def decision(self, kind: int, name: str) -> dict[str, Any]:
-        if kind == TERMINATE:
-            # SLURM is ending the job itself (scancel, scontrol requeue, node failure): it decides
-            # whether the job comes back; requeueing ourselves would turn a user's cancel into a requeue.
-            return {"requeued": False, "reason": "terminated"}
-        if self.on_stop is None:
-            return {"requeued": False, "reason": "no requeue hook (not run by the submitter)"}
-        try:
-            return dict(self.on_stop(name))
-        except Exception as err:  # noqa: BLE001 - reported on every rank through StopRequested
-            return {"requeued": False, "reason": "requeue failed", "message": f"{type(err).__name__}: {err}"}
+
+def decide(kind: int, name: str, on_stop: StopHook | None) -> dict[str, Any]:
+    """Rank 0's requeue decision after a stop on SIG`name` (the built-in protocol's and a script's
+    task's alike): SLURM's own TERM is never turned into a requeue; otherwise the launcher's hook
+    decides, and a hook that fails is reported, not raised."""
+    if kind == TERMINATE:
+        # SLURM is ending the job itself (scancel, scontrol requeue, node failure): it decides
+        # whether the job comes back; requeueing ourselves would turn a user's cancel into a requeue.
+        return {"requeued": False, "reason": "terminated"}
+    if on_stop is None:
+        return {"requeued": False, "reason": "no requeue hook (not run by the submitter)"}
+    try:
+        return dict(on_stop(name))
+    except Exception as err:  # noqa: BLE001 - reported on every rank through StopRequested
+        return {"requeued": False, "reason": "requeue failed", "message": f"{type(err).__name__}: {err}"}

@@ -16,7 +16,6 @@ import hashlib
 import io
 import os
 import random
-import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,12 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-
-PATTERN = re.compile(r"^ckpt-(\d{9})\.pt$")
-
-
-def _path(folder: Path, step: int) -> Path:
-    return folder / f"ckpt-{step:09d}.pt"
+from trainer.rank.rundir import checkpoint_files, checkpoint_name
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -59,9 +53,9 @@ def save(folder: Path, step: int, state: dict[str, Any], keep: int) -> Path:
     payload = buffer.getvalue()
     digest = hashlib.sha256(payload).hexdigest().encode()
     # Layout: 64 hex digits of SHA-256, a newline, then torch.save's bytes.
-    path = _path(folder, step)
+    path = folder / checkpoint_name(step)
     atomic_write(path, digest + b"\n" + payload)
-    for old in list_checkpoints(folder)[:-keep]:
+    for old in checkpoint_files(folder)[:-keep]:
         old.unlink(missing_ok=True)
     # A writer killed between write and rename leaves its temporary file behind; only rank 0 writes,
     # one checkpoint at a time, so any other temporary file is such a leftover.
@@ -69,12 +63,6 @@ def save(folder: Path, step: int, state: dict[str, Any], keep: int) -> Path:
         if not stale.name.endswith(f".tmp-{os.getpid()}"):
             stale.unlink(missing_ok=True)
     return path
-
-
-def list_checkpoints(folder: Path) -> list[Path]:
-    if not folder.is_dir():
-        return []
-    return sorted(p for p in folder.iterdir() if PATTERN.match(p.name))
 
 
 def read(path: Path) -> dict[str, Any]:
@@ -105,7 +93,7 @@ def load_newest_good(folder: Path) -> Loaded | None:
     report says why).
     """
     skipped: list[tuple[Path, str]] = []
-    for path in reversed(list_checkpoints(folder)):
+    for path in reversed(checkpoint_files(folder)):
         try:
             state = read(path)
         except Exception as err:  # noqa: BLE001 - any unreadable checkpoint falls back to the previous one

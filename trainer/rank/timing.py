@@ -13,8 +13,9 @@ import os
 import time
 from pathlib import Path
 
+from trainer.rank.rundir import TIMING_DIR
+
 MARKS: dict[str, float] = {}
-FOLDER = "startup"
 
 
 def begin() -> None:
@@ -51,7 +52,7 @@ def process_start_time() -> float | None:
 
 def write(run_dir: str | Path, rank: int) -> None:
     """Write this rank's marks to RUN_DIR/startup/rank-N.json."""
-    folder = Path(run_dir) / FOLDER
+    folder = Path(run_dir) / TIMING_DIR
     folder.mkdir(parents=True, exist_ok=True)
     record = {"rank": rank, "pid": os.getpid(), "process_start": process_start_time(), **MARKS}
     (folder / f"rank-{rank}.json").write_text(json.dumps(record))

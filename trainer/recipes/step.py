@@ -1,5 +1,5 @@
 """The arithmetic of one training step and of one evaluation: forward, loss, backward, micro-batches,
-bf16 autocast. The bookkeeping around them (counters, checkpoints, stops) is the loop's (trainer.builtin)."""
+bf16 autocast. The bookkeeping around them (counters, checkpoints, stops) is the loop's (trainer.recipes.training)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from trainer import data
-from trainer.collectives import Ranks
+from trainer.dist.ranks import Ranks
+from trainer.recipes import data
 
 EVAL_BATCH = 1024
 
@@ -40,7 +40,7 @@ def forward_backward(forward: Callable[[torch.Tensor], torch.Tensor], ddp: nn.Mo
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, dataset: data.TensorDataset, shard: slice, channels_last: bool, bf16: bool,
+def evaluate(model: nn.Module, dataset: data.ImageTensors, shard: slice, channels_last: bool, bf16: bool,
              ranks: Ranks) -> dict[str, float]:
     """Loss and accuracy on the whole test set: this rank takes `shard`, the sums are all-reduced."""
     model.eval()

@@ -25,7 +25,7 @@ import typing
 from collections.abc import Callable
 from typing import Any
 
-from trainer.schema import ConfigError, build
+from trainer.config.schema import ConfigError, build
 
 
 def _search_path(code_dir: str) -> list[str]:

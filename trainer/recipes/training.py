@@ -1,8 +1,8 @@
 """The built-in recipes (`digits`, `cifar10`, `cifar10-seed`, `cifar10-fast`: a job with a `model` and a
 `dataset` instead of an `entrypoint` or a `script`), written on the public per-rank API as your own
-function would be. `trainer.train.run` calls `fit(ctx, job)` through the same path as an `entrypoint:`
-job (trainer.userrun); the model, data and step helpers used here (trainer.recipe, trainer.data,
-trainer.step, trainer.models) are importable by your code too.
+function would be. `trainer.runners.dispatch.run_job` calls `fit(ctx, job)` through the same path as an `entrypoint:`
+job (trainer.runners.functions); the model, data and step helpers used here (trainer.recipes.components, trainer.recipes.data,
+trainer.recipes.step, trainer.recipes.models) are importable by your code too.
 
 Exact resume: the data order is a pure function of (seed, epoch), so the checkpoint's `loop` counters
 (the epoch and the position in it) plus what the Context keeps for every rank (its RNG states and, as a
@@ -20,9 +20,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainer import checkpoint, data, recipe, step
 from trainer.api import Context, steps_per_epoch
-from trainer.config import JobConfig
+from trainer.config.job import JobConfig
+from trainer.rank import checkpoint
+from trainer.rank.rundir import MODEL_FILE
+from trainer.recipes import components, data, step
 
 
 class InjectedFailure(RuntimeError):
@@ -84,7 +86,7 @@ class Parts:
     reducer holds the process group, which the launcher frees only once nobody does, and an exception's
     traceback keeps every frame's locals alive (so no frame here holds DDP in a local variable)."""
 
-    data: data.TensorDataset
+    data: data.ImageTensors
     model: nn.Module
     ddp: Any  # DDP around the model (the model itself on one rank); None once fit has left
     forward: Callable[[torch.Tensor], torch.Tensor] | None  # ddp, or torch.compile of it
@@ -96,7 +98,7 @@ class Parts:
 
 def fit(ctx: Context, job: JobConfig) -> dict[str, Any]:
     """Train `job` on this rank to the end (or to a stop) and return the final metrics (the same on every rank).
-    The caller (trainer.userrun, as for any function) has seeded torch with `job.seed`, so every rank builds
+    The caller (trainer.runners.functions, as for any function) has seeded torch with `job.seed`, so every rank builds
     the same initial weights (DDP also broadcasts them), and set `deterministic`."""
     parts = build(ctx, job)
     try:
@@ -106,11 +108,11 @@ def fit(ctx: Context, job: JobConfig) -> dict[str, Any]:
 
 
 def build(ctx: Context, job: JobConfig) -> Parts:
-    dataset = recipe.load_data(job, job.data_dir, ctx.local_rank, ctx.ranks).to(ctx.device)
-    model, ddp, forward = recipe.build(job, ctx.device, ctx.distributed)
-    optimizer = recipe.make_optimizer(job, model)
+    dataset = components.load_data(job, ctx.local_rank, ctx.ranks).to(ctx.device)
+    model, ddp, forward = components.build(job, ctx.device, ctx.distributed)
+    optimizer = components.make_optimizer(job, model)
     per_epoch = steps_per_epoch(len(dataset.train_y), ctx.world_size, job.batch_size_per_rank)
-    scheduler = recipe.make_scheduler(job, optimizer, per_epoch * job.epochs)
+    scheduler = components.make_scheduler(job, optimizer, per_epoch * job.epochs)
     return Parts(dataset, model, ddp, forward, optimizer, scheduler, per_epoch,
                  bf16=ctx.device.type == "cuda" and job.amp_bf16)
 
@@ -197,7 +199,7 @@ def finish(ctx: Context, parts: Parts, loop: Loop) -> dict[str, Any]:
     if ctx.is_main:
         buffer = io.BytesIO()
         torch.save(parts.model.state_dict(), buffer)
-        checkpoint.atomic_write(ctx.run_dir / "model_final.pt", buffer.getvalue())  # as checkpoints are
+        checkpoint.atomic_write(ctx.run_dir / MODEL_FILE, buffer.getvalue())  # as checkpoints are
     return {"epochs": loop.epoch, "steps": loop.global_step,
             "images_per_second": loop.images_seen * ctx.world_size / max(loop.train_time, 1e-9),
             "train_time_s": round(loop.train_time, 3)}

@@ -8,19 +8,20 @@ resolved config written to the run folder shows both.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal, Optional
 
-from trainer import filepaths, lookup
-from trainer.schema import build, load_with_extends, require
+from trainer.config import files
+from trainer.config.schema import build, require
 
-MODELS = ("lenet", "mlp", "resnet-small")
 # Bounds on counts and sizes: beyond them torch (32-bit sizes in kernels), memory or the OS fail
 # later, after queueing; refusing them here keeps the failure at submission time.
 INT32_MAX = 2**31 - 1
 SEED_MAX = 2**32 - 1
 MAX_SYNTHETIC = 1_000_000
-DATASETS = ("digits", "cifar10", "synthetic-cifar10")
+# The built-in recipe's models and datasets: the one list of their names (trainer.recipes.models and
+# .components build them; a test holds the two together).
+Model = Literal["lenet", "mlp", "resnet-small"]
+Dataset = Literal["digits", "cifar10", "synthetic-cifar10"]
 
 
 @dataclass
@@ -40,8 +41,8 @@ class JobConfig:
     # Where the job file was (set by the submitter): the entrypoint's module and a relative script
     # are also looked up there.
     code_dir: str = ""
-    model: Literal["lenet", "mlp", "resnet-small"] = "mlp"
-    dataset: Literal["digits", "cifar10", "synthetic-cifar10"] = "digits"
+    model: Model = "mlp"
+    dataset: Dataset = "digits"
     # Where dataset files live; empty means the profile's data_dir.
     data_dir: str = ""
     # Only cifar10: fetch it when missing (one rank per node downloads, the others wait).
@@ -175,30 +176,20 @@ class RunSettings:
     progress_bar: bool = False
 
 
-# The shipped jobs: package data of an installed copy, or the checkout's jobs/.
-JOBS_DIR = lookup.shipped_dir(Path(__file__).resolve().parent, "jobs")
+def data_folder(job: JobConfig, default: str) -> str:
+    """Where the job's dataset lives: the job's own `data_dir`, else `default` (the profile's
+    `data_dir`, or `python -m trainer --data-dir`). The one rule, for the submitter's checks, the
+    run's settings and the built-in recipe alike."""
+    return job.data_dir or default
 
 
-def find_job_file(name: str, relative_to: Path | None = None) -> Path:
-    """A job by path or NAME (./jobs, the user folder, the shipped jobs: trainer/lookup.py)."""
-    return lookup.find("job", "jobs", JOBS_DIR, name, relative_to)
-
-
-# Keys holding paths: relative ones are read from the job file's folder (trainer/filepaths.py).
-JOB_PATH_KEYS = ("data_dir",)
-
-
-def prepare_job_file(data: dict[str, Any], path: Path) -> dict[str, Any]:
-    return filepaths.relative_to(data, JOB_PATH_KEYS, path.parent)
-
-
-def job_from_mapping(data: dict[str, Any], source: str) -> JobConfig:
-    return build(JobConfig, data, source)
+# A job file: found in ./jobs, the user folder, then the shipped jobs (trainer.config.lookup), with
+# `data_dir` relative to the file that wrote it (trainer.config.filepaths).
+JOB_FILES = files.FileKind("job", "jobs", "trainer", path_keys=("data_dir",))
 
 
 def load_job(name: str) -> JobConfig:
     """Load a job file (following `extends:`) for `python -m trainer`; the submitter adds --set on top."""
-    path = find_job_file(name)
-    merged, source = load_with_extends(path, lambda parent, rel: find_job_file(parent, rel), prepare_job_file)
-    merged.pop("sweep", None)  # a sweep file's base job trains as itself
-    return job_from_mapping(merged, source)
+    loaded = files.load(JOB_FILES, name)
+    loaded.data.pop("sweep", None)  # a sweep file's base job trains as itself
+    return build(JobConfig, loaded.data, loaded.source)

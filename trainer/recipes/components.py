@@ -11,27 +11,29 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from trainer import data, startup
-from trainer.collectives import Ranks
-from trainer.config import JobConfig
-from trainer.models import build_model
+from trainer.config.job import JobConfig
+from trainer.dist.ranks import Ranks
+from trainer.rank import timing
+from trainer.recipes import data
+from trainer.recipes.models import build_model
 
 
-def load_data(job: JobConfig, data_dir: str, local_rank: int, ranks: Ranks) -> data.TensorDataset:
-    """The job's dataset on this rank (on the CPU). Marks when loading began and ended, for the
-    start-up benchmark (trainer.startup)."""
-    startup.mark("data_start")
-    dataset = _load_data(job, data_dir, local_rank, ranks)
-    startup.mark("data")
+def load_data(job: JobConfig, local_rank: int, ranks: Ranks) -> data.ImageTensors:
+    """The job's dataset on this rank (on the CPU), from `job.data_dir` (which the dispatcher filled
+    in: trainer.config.job.data_folder). Marks when loading began and ended, for the start-up
+    benchmark (trainer.rank.timing)."""
+    timing.mark("data_start")
+    dataset = _load_data(job, local_rank, ranks)
+    timing.mark("data")
     return dataset
 
 
-def _load_data(job: JobConfig, data_dir: str, local_rank: int, ranks: Ranks) -> data.TensorDataset:
+def _load_data(job: JobConfig, local_rank: int, ranks: Ranks) -> data.ImageTensors:
     if job.dataset == "digits":
         return data.load_digits()
     if job.dataset == "synthetic-cifar10":
         return data.load_synthetic_cifar10(job.synthetic_train_size, job.synthetic_test_size, seed=1234)
-    root = Path(job.data_dir or data_dir)
+    root = Path(job.data_dir)
     # Only one rank per node downloads; the others wait. A failure is shared so nobody hangs.
     failure = ""
     if job.download and local_rank == 0:

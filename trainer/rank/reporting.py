@@ -16,8 +16,9 @@ from typing import Any
 
 from tqdm import tqdm
 
-from trainer import events
-from trainer.distenv import DistEnv
+from trainer.dist.environment import DistEnv
+from trainer.rank import events
+from trainer.rank.rundir import METRICS_FILE, TENSORBOARD_DIR
 
 
 class Reporter:
@@ -42,7 +43,7 @@ class Reporter:
         """One epoch's metrics: a line in metrics.jsonl and in the log, and TensorBoard scalars."""
         if not self.main:
             return
-        with open(self.run_dir / "metrics.jsonl", "a", encoding="utf-8") as fh:
+        with open(self.run_dir / METRICS_FILE, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(metrics) + "\n")
         # One line per epoch that fits a terminal: 4 significant digits, no count of test images.
         self.log(", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
@@ -56,7 +57,7 @@ class Reporter:
         if self._writer is None:
             from torch.utils.tensorboard import SummaryWriter  # only for jobs with tensorboard: true
 
-            self._writer = SummaryWriter(log_dir=str(self.run_dir / "tensorboard"))
+            self._writer = SummaryWriter(log_dir=str(self.run_dir / TENSORBOARD_DIR))
         for key, value in metrics.items():
             if key not in ("epoch", "step", "time") and isinstance(value, (int, float)):
                 self._writer.add_scalar(key, value, step)

@@ -1,11 +1,11 @@
-"""Process-level setup: threads, device, process group. Each done once, before training starts."""
+"""This process's set-up for training: its CPU threads, its device, and joining (and leaving) the
+job's process group. Each done once per process, before training starts."""
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 
 import torch
 import torch.distributed as dist
@@ -16,44 +16,22 @@ import torch.distributed as dist
 # for good: destroy_process_group could never free it, and its threads would outlive the interpreter.
 import torch.distributed.nn  # noqa: F401
 
-from trainer.distenv import DistEnv
-from trainer.stopping import StopRequested
+from trainer.dist import threads
+from trainer.dist.environment import DistEnv
 
 
 class GpuUnavailableError(RuntimeError):
     pass
 
 
-# Read by OpenMP, MKL and OpenBLAS in any process this one starts (a download, a DataLoader worker).
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-
-
-def usable_cpus() -> int:
-    """CPUs this process may run on: SLURM's task binding (cgroup or affinity mask) shows up here."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
-def thread_count(requested: int, environ: Mapping[str, str], usable: int) -> int:
-    """The profile's cpus_per_task, never more than SLURM granted (SLURM_CPUS_PER_TASK) or than the
-    CPUs this process may use: more threads than cores made the seed 3x slower on two cores."""
-    count = requested
-    granted = environ.get("SLURM_CPUS_PER_TASK", "")
-    if granted.isdigit() and int(granted) > 0:
-        count = min(count, int(granted))
-    return max(1, min(count, usable))
-
-
 def set_threads(requested: int, environ: Mapping[str, str] | None = None) -> int:
-    """Set this process's CPU threads, once, before torch does any work; returns the count.
+    """Set this process's CPU threads, once, before torch does any work; returns the count
+    (trainer.dist.threads: the profile's cpus_per_task, capped by what SLURM and the CPU mask allow).
 
-    The one place in the project that sets threads. Called first thing in `trainer.train.run`.
+    Called first thing by the dispatcher (trainer.runners.dispatch) and by `trainer.api.init()`.
     """
-    count = thread_count(requested, os.environ if environ is None else environ, usable_cpus())
-    for name in THREAD_VARIABLES:
-        os.environ[name] = str(count)
+    count = threads.count(requested, os.environ if environ is None else environ)
+    os.environ.update(threads.variables(count))
     torch.set_num_threads(count)
     try:
         # Inter-op threads run independent ops concurrently; with one intra-op thread per core
@@ -108,31 +86,6 @@ def init_process_group(env: DistEnv, device: torch.device, init_timeout_s: int,
     dist.init_process_group(backend=backend, store=store, rank=env.rank, world_size=env.world_size,
                             timeout=timeout, device_id=device_id)
     return store
-
-
-@contextlib.contextmanager
-def process_group(env: DistEnv, device: torch.device, init_timeout_s: int,
-                  collective_timeout_s: int) -> Iterator[None]:
-    """The job's process group for the length of the block, gone (threads joined) when it ends.
-
-    The block must let go of what holds the group (DDP's reducer) before it ends. A block that ends
-    normally or with StopRequested (every rank stops at the same step) leaves in step with the
-    other ranks; one that raises anything else leaves at once: a barrier would wait for ranks
-    that may never come.
-    """
-    store = init_process_group(env, device, init_timeout_s, collective_timeout_s)
-    together = False
-    try:
-        yield
-        together = True
-    except StopRequested:
-        together = True
-        raise
-    finally:
-        destroy_process_group(together)
-        # Rank 0's store serves the other ranks from a thread of its own: released with the group,
-        # that thread is joined now instead of running on into interpreter exit.
-        del store
 
 
 def destroy_process_group(together: bool = True) -> None:

@@ -1,0 +1,157 @@
+"""The files users write (jobs, cluster profiles): each kind described once, as data, and loaded
+through one path: find the file (trainer.config.lookup), read it (trainer.config.yamlio), follow
+`extends:` (mappings merge, the child wins), and read each file's former key names and relative
+paths as today's (trainer.config.filepaths) before the merge.
+
+A kind's description (`FileKind`) says everything that differs between jobs and profiles: the
+folder its names are found in, the package that ships it, which keys hold paths, and which former
+key names still read. So a profile (described in launcher.config.profile) loads here without this
+wing calling back into the launcher. Validation into a dataclass is the schema's
+(trainer.config.schema), after `--set` overrides are merged in by the caller.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trainer.config import filepaths, lookup
+from trainer.config.schema import ConfigError, bad_value_error
+
+
+@dataclass(frozen=True)
+class Renamed:
+    """A former key name that still reads as today's key."""
+
+    old: str
+    new: str
+    # A number under the former name gains this unit (`mem_per_task_gb: 64` reads as `mem_per_task: 64G`).
+    unit: str = ""
+
+
+@dataclass(frozen=True)
+class FileKind:
+    """One kind of file users write: what finding, reading and merging it needs to know."""
+
+    kind: str  # "job", "profile": how messages name it
+    folder: str  # "jobs", "cluster_profiles": below the current directory and the user folder
+    package: str  # the package whose wheel ships the folder as package data (setup.py)
+    path_keys: tuple[str, ...] = ()  # paths: a relative one is read from the file that wrote it
+    command_keys: tuple[str, ...] = ()  # a path when it holds a '/', else a command found on the node's PATH
+    image_keys: tuple[str, ...] = ()  # a container image file (a path), else a registry reference
+    bind_keys: tuple[str, ...] = ()  # lists of SRC[:DST[:MODE]] whose SRC is a path
+    renamed: tuple[Renamed, ...] = ()
+
+    @property
+    def shipped(self) -> Path:
+        return lookup.shipped_dir(self.package, self.folder)
+
+    def find(self, name: str, relative_to: Path | None = None) -> Path:
+        """The file NAME stands for (trainer.config.lookup's order), or a ConfigError listing what exists."""
+        return lookup.find(self.kind, self.folder, self.shipped, name, relative_to)
+
+    def prepare(self, data: Mapping[str, Any], base: Path, source: str, scope: str = "") -> dict[str, Any]:
+        """One mapping's own keys as today's (former names renamed) with its relative paths read from
+        `base`: a file's folder, or the current directory for `--set` (`scope` "profile." there)."""
+        out = renamed(self, data, source, scope)
+        out = filepaths.relative_to(out, self.path_keys, base)
+        for keys, rule in ((self.command_keys, filepaths.command), (self.image_keys, filepaths.image),
+                           (self.bind_keys, filepaths.bind_sources)):
+            for key in keys:
+                if key in out:
+                    out[key] = rule(out[key], base)
+        return out
+
+
+def renamed(kind: FileKind, data: Mapping[str, Any], source: str, scope: str = "") -> dict[str, Any]:
+    """`data` with the kind's former key names read as today's; one mapping (one file, or the `--set`
+    overrides) may not give both spellings."""
+    out = dict(data)
+    for old in kind.renamed:
+        if old.old not in out:
+            continue
+        if old.new in out:
+            raise ConfigError(f"{source}: both '{scope}{old.old}' and '{scope}{old.new}' are set; '{old.old}' is the "
+                              f"former name of '{old.new}': keep only '{old.new}'")
+        value = out.pop(old.old)
+        if old.unit:
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not (number or value is None):
+                raise bad_value_error(source, f"{scope}{old.old}", value,
+                                      f"a number of {old.unit}B (or write {old.new}: 64{old.unit})")
+            # A non-finite number is left as it is, for the new key's own check to name.
+            value = f"{value}{old.unit}" if number and math.isfinite(value) else value
+        out[old.new] = value
+    return out
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A file with the files it `extends:` merged in, and how messages name that chain."""
+
+    data: dict[str, Any]
+    source: str  # "jobs/a.yaml" or "jobs/a.yaml (extending jobs/base.yaml)"
+    path: Path  # the file itself (the first of the chain)
+
+
+def load(kind: FileKind, name: str) -> Loaded:
+    """The file NAME stands for, merged with the files it `extends:` (recursively: the child wins,
+    mappings merge); each file's former names and relative paths are read before the merge."""
+    path = kind.find(name)
+    chain: list[Path] = []
+    merged: dict[str, Any] = {}
+    current: Path | None = path
+    while current is not None:
+        if current.resolve() in [p.resolve() for p in chain]:
+            names = " -> ".join(str(p) for p in chain + [current])
+            raise ConfigError(f"{path}: 'extends' forms a cycle: {names}")
+        chain.append(current)
+        data = read_yaml(current)
+        parent = data.pop("extends", None)
+        merged = deep_merge(kind.prepare(data, current.parent, str(current)), merged)
+        if parent is None:
+            current = None
+        elif not isinstance(parent, str) or not parent:
+            raise bad_value_error(str(current), "extends", parent, "the name or path of another file")
+        else:
+            current = kind.find(parent, current.parent)
+    source = str(chain[0]) if len(chain) == 1 else f"{chain[0]} (extending {', '.join(map(str, chain[1:]))})"
+    return Loaded(merged, source, path)
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    """One YAML mapping read with the project's one loader (trainer.config.yamlio: YAML 1.2 scalars,
+    so `1e-3` is a number and `1:30:00` a string); malformed YAML, an empty file or a non-mapping is
+    a ConfigError naming the file."""
+    from trainer.config import yamlio  # PyYAML: imported here so that `--help` does not pay for it
+
+    try:
+        with open(path, "rb") as fh:
+            data = yamlio.load_bytes(fh.read())
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: file not found") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a folder, not a YAML file") from None
+    except yamlio.YamlError as err:
+        raise ConfigError(f"{path}: {err}") from None
+    if data is None:
+        raise ConfigError(f"{path}: the file is empty; expected a mapping of keys to values "
+                          f"(e.g. 'extends: local' and the keys that differ)")
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of keys to values, got {type(data).__name__}")
+    return data
+
+
+def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """`base` with `override` on top: mappings merge key by key, anything else is replaced (the
+    rule of `extends:` and of `--set`)."""
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out

@@ -1,0 +1,1 @@
+"""Per-rank services behind the public API: stops, checkpoints, reporting, events, the sampler, timing marks."""

@@ -1,0 +1,187 @@
+"""`Context`: one rank's view of the run, the object the public API (trainer.api) hands your function.
+
+It joins the per-rank services of this wing behind one face: where the rank runs (trainer.dist),
+`log`/`print`/`progress` (trainer.rank.reporting), `checkpoint`/`resume` of every rank's state
+(trainer.rank.checkpoint), and `step_boundary`, where the stop protocol runs (trainer.rank.stopping).
+The launcher makes it (trainer.runners.functions), or `trainer.api.init()` under torchrun.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trainer.dist import environment
+from trainer.dist.ranks import Ranks
+from trainer.rank import checkpoint, events, timing
+from trainer.rank.reporting import Progress, Reporter
+from trainer.rank.rundir import CHECKPOINTS_DIR
+from trainer.rank.stopping import StopHook, StopProtocol, StopSignals
+
+
+class Context:
+    """One rank's view of the run. Made by the launcher (or `init()`); not constructed by users."""
+
+    def __init__(self, env: environment.DistEnv, device: torch.device, run_dir: Path | str, config: Any = None, *,
+                 stops: StopSignals, stop_signal: str = "USR2", on_stop: StopHook | None = None,
+                 checkpoint_every_steps: int = 0, keep_checkpoints: int = 3, tensorboard: bool = False,
+                 progress_bar: bool = False, log_every_steps: int = 50,
+                 interrupts: frozenset[int] | set[int] = frozenset()) -> None:
+        self.env, self.device, self.config = env, device, config
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.checkpoint_every_steps, self.keep_checkpoints = checkpoint_every_steps, keep_checkpoints
+        self.ranks = Ranks(env)
+        self.report = Reporter(self.run_dir, env, tensorboard, progress_bar, log_every_steps)
+        self._stopper = StopProtocol(stops, stop_signal, on_stop, self.ranks, self.report, interrupts)
+        self._objects: dict[str, Any] = {}
+        self._per_rank: dict[str, Any] = {}
+        self._start_step = 0
+        self._saved_step = 0  # the step of the last checkpoint written or resumed from (0: the start)
+        self._bar: Progress | None = None
+        self.last_metrics: dict[str, Any] = {}
+        self.resumed_from: str | None = None
+        # Attempts before this one: the run's "started" events (one per attempt, written by the
+        # launcher on rank 0), or torchrun's restart count. Rank 0 reads, everyone agrees.
+        self.restarts = int(self.ranks.broadcast(previous_attempts(self.run_dir) if env.is_main else 0))
+
+    # ----- where this rank is ------------------------------------------------------------------
+    @property
+    def rank(self) -> int:
+        return self.env.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.env.world_size
+
+    @property
+    def local_rank(self) -> int:
+        return self.env.local_rank
+
+    @property
+    def node(self) -> str:
+        return self.env.node
+
+    @property
+    def is_main(self) -> bool:
+        return self.env.is_main
+
+    @property
+    def distributed(self) -> bool:
+        return self.env.distributed
+
+    # ----- metrics -----------------------------------------------------------------------------
+    def log(self, metrics: dict[str, Any], step: int) -> None:
+        """Record `metrics` at global `step` (rank 0 writes; call it on every rank, it is cheap):
+        a line in metrics.jsonl and the log, TensorBoard scalars, and the curves `status` draws.
+        Values must be numbers or strings; average them over ranks yourself if they differ."""
+        # `step` first, unless the metrics place it themselves (the built-in's lines start with the epoch).
+        row = {} if "step" in metrics else {"step": int(step)}
+        row.update({k: _plain(v) for k, v in metrics.items()}, step=int(step), time=time.time())
+        self.last_metrics = {k: v for k, v in row.items() if k != "time"}
+        self.report.epoch(row, int(step))
+
+    def print(self, message: str) -> None:
+        """A line in rank 0's log (`[trainer] message`); the other ranks print nothing."""
+        self.report.log(message)
+
+    def progress(self, total: int, done: int = 0, desc: str = "") -> Progress:
+        """Rank 0's progress over `total` steps (`done` already done: a resumed epoch), as built-in
+        jobs show it: a tqdm bar on a terminal, else a log line every `log_every_steps` steps. Call
+        `.step(step, describe)` after each step (`describe()` makes the line, only when one is due)
+        and `.close()` at the end (or use it as a context manager); a stop closes it."""
+        self._bar = self.report.progress(desc, total, done)
+        return self._bar
+
+    # ----- checkpoints -------------------------------------------------------------------------
+    def checkpoint(self, step: int, *, per_rank: dict[str, Any] | None = None, **objects: Any) -> None:
+        """Save `objects` (default: those given to `resume`) as the checkpoint of `step`, with every
+        rank's RNG states and its own `per_rank` objects (default: those given to `resume`), which
+        may differ between ranks (a running loss, a rank's sampler). Call it on every rank at the
+        same step: rank 0 writes, all leave together."""
+        objects = objects or self._objects
+        mine = self._per_rank if per_rank is None else per_rank
+        per_rank_states = self.ranks.gather({"rng": checkpoint.capture_rng(self.device),
+                                             "objects": {n: checkpoint.state_of(n, o) for n, o in mine.items()}})
+        if self.is_main:
+            state = {"step": int(step), "world_size": self.world_size, "ranks": per_rank_states,
+                     "objects": {name: checkpoint.state_of(name, obj) for name, obj in objects.items()}}
+            checkpoint.save(self.run_dir / CHECKPOINTS_DIR, int(step), state, self.keep_checkpoints)
+        self._saved_step = int(step)
+        self.ranks.barrier()
+
+    def resume(self, *, per_rank: dict[str, Any] | None = None, **objects: Any) -> int:
+        """Load the newest good checkpoint into `objects`, this rank's `per_rank` objects and its
+        RNG states; return its step, or 0 when there is none (a fresh start). The objects are
+        remembered for `checkpoint` and `step_boundary`."""
+        self._objects, self._per_rank = dict(objects), dict(per_rank or {})
+        found = checkpoint.load_newest_good(self.run_dir / CHECKPOINTS_DIR)
+        if found is None:
+            return 0
+        state = found.state
+        if state["world_size"] != self.world_size:
+            raise RuntimeError(f"{found.path} was written by a run with {state['world_size']} ranks; this one has "
+                               f"{self.world_size}: resuming would change the data order")
+        mine = state["ranks"][self.rank]
+        held, held_mine = state.get("objects", {}), mine.get("objects", {})
+        missing = [n for n in objects if n not in held] + [f"per_rank {n}" for n in self._per_rank if n not in held_mine]
+        if missing:
+            raise RuntimeError(f"{found.path} holds no {', '.join(missing)} (it holds: "
+                               f"{', '.join([*held, *(f'per_rank {n}' for n in held_mine)]) or 'nothing'})")
+        for name, obj in objects.items():
+            checkpoint.load_into(obj, held[name])
+        for name, obj in self._per_rank.items():
+            checkpoint.load_into(obj, held_mine[name])
+        checkpoint.restore_rng(mine["rng"], self.device)
+        self._start_step = self._saved_step = int(state["step"])
+        self.resumed_from = str(found.path)
+        skipped = [f"{bad.name}: {why}" for bad, why in found.skipped]
+        self.report.log(f"resumed from {found.path.name}: step {self._start_step}")
+        self.report.event("resumed", checkpoint=found.path.name, step=self._start_step, skipped=skipped)
+        return self._start_step
+
+    def step_boundary(self, step: int) -> bool:
+        """Call before each optimizer step (`step` = steps done so far), on every rank; True when it
+        wrote a checkpoint (a loop that times its steps can leave that time out).
+
+        Checkpoints every `checkpoint_every_steps` (the job's or the profile's; not a step already
+        checkpointed, e.g. by your own `checkpoint` at an epoch end); and when a stop signal arrived
+        on any rank (preemption, the time limit, the local executor's requeue), every rank stops
+        here: rank 0 checkpoints, the launcher requeues, and StopRequested is raised on every rank
+        (let it propagate: the next attempt resumes from that checkpoint).
+        """
+        if step != self._start_step:
+            timing.first_step(self.run_dir, self.rank)  # the start-up benchmark's mark (once)
+        kind = self._stopper.agreed(step, self._start_step)
+        if kind:
+            if self._bar is not None:
+                self._bar.close()  # before the stop's log line, which would land inside the bar
+            self._stopper.stop(kind, lambda: self.checkpoint(step), step=step)
+        every = self.checkpoint_every_steps
+        if every and step != self._saved_step and step % every == 0:
+            self.checkpoint(step)
+            return True
+        return False
+
+    def close(self) -> None:
+        self.report.close()
+
+
+def previous_attempts(run_dir: Path) -> int:
+    """Attempts before this one: the launcher's count (trainer.rank.events), else torchrun's."""
+    number = events.attempt_number(run_dir)
+    if number:
+        return number - 1
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+
+
+def _plain(value: Any) -> Any:
+    """Tensors and numpy scalars as Python numbers (metrics.jsonl is JSON)."""
+    if isinstance(value, torch.Tensor):
+        return value.item()
+    item = getattr(value, "item", None)
+    return item() if callable(item) and not isinstance(value, (int, float, str, bool)) else value

@@ -1,0 +1,1 @@
+"""The built-in recipes, a guest written on the public API: the loop and its data, model and step helpers."""

@@ -1,0 +1,26 @@
+"""Where and how a rank ran, around the metrics it returns: the one shape of every rank's result.
+
+A function rank (trainer.runners.functions) and a script rank (trainer.runners.scripts) wrap their
+metrics the same way; the launcher's task adds which interpreter and code ran (launcher.node); the
+submitter shows these keys with `--json` and leaves them out of the metrics line
+(launcher.commands.waiting). No torch here.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from trainer.dist.environment import DistEnv
+
+# The envelope's keys that are not metrics (world_size and wall_time_s are shown with the metrics).
+PLACE_KEYS = ("run_dir", "node", "rank", "master_addr", "threads", "resumed_from", "returncode", "python", "code")
+
+
+def envelope(metrics: dict[str, Any], env: DistEnv, run_dir: str, threads: int, started: float,
+             **more: Any) -> dict[str, Any]:
+    """`metrics` and where this rank ran: the world, the run folder, the node, the rank, its threads,
+    anything in `more`, and the wall time since `started` (a time.perf_counter() reading)."""
+    return {**metrics, "world_size": env.world_size, "run_dir": run_dir, "node": env.node, "rank": env.rank,
+            "master_addr": env.master_addr, "threads": threads, **more,
+            "wall_time_s": round(time.perf_counter() - started, 3)}

@@ -1,0 +1,100 @@
+"""Running a training function on this rank: a job's `entrypoint`, or the built-in recipe's
+`trainer.recipes.training.fit`, which is written on the same public API (trainer.api) as a user's.
+
+Called by the dispatcher (trainer.runners.dispatch) with the stop handlers already installed: the
+function runs inside the job's process group, with the same requeue hook for both kinds, so a
+user's loop that calls `ctx.step_boundary` requeues and resumes exactly like a built-in job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from trainer.config.job import JobConfig, RunSettings, interrupt_steps
+from trainer.dist import process
+from trainer.dist.environment import DistEnv
+from trainer.rank import rundir, timing
+from trainer.rank.context import Context
+from trainer.rank.stopping import StopHook, StopRequested, StopSignals
+from trainer.runners import entrypoints
+from trainer.runners.envelope import envelope
+
+
+@dataclass(frozen=True)
+class Call:
+    """What to call on every rank: `function(ctx, config)`, or `function(ctx)` without `with_config`."""
+
+    name: str  # "package.module:function", for the log and errors
+    function: Callable[..., Any]
+    config: Any
+    with_config: bool = True
+
+
+def of_entrypoint(job: JobConfig) -> Call:
+    """The job's `entrypoint:` function and its `config:` (validated when it declares a dataclass)."""
+    function, count, config = entrypoints.prepare(job.entrypoint, job.config, job.code_dir, f"job '{job.name}'")
+    return Call(job.entrypoint, function, config, count == 2)
+
+
+def run_function(call: Call, job: JobConfig, settings: RunSettings, env: DistEnv, stops: StopSignals,
+                 on_stop: StopHook | None) -> dict[str, Any]:
+    """Set this process up (threads, device, process group), call `call` on the API, return its
+    metrics in the result envelope (trainer.runners.envelope)."""
+    threads = process.set_threads(settings.threads)
+    device = process.pick_device(settings.use_gpus, env)
+    with process_group(env, device, settings.init_timeout_s, settings.collective_timeout_s):
+        timing.mark("process_group")
+        every = job.checkpoint_every_steps if job.checkpoint_every_steps is not None else settings.checkpoint_every_steps
+        if job.deterministic and device.type == "cpu":
+            torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.manual_seed(job.seed)  # the same start on every rank unless the function seeds itself
+        ctx = Context(env, device, settings.run_dir, call.config, stops=stops, stop_signal=settings.stop_signal,
+                      on_stop=on_stop, checkpoint_every_steps=every, keep_checkpoints=job.keep_checkpoints,
+                      tensorboard=job.tensorboard, progress_bar=settings.progress_bar,
+                      log_every_steps=job.log_every_steps, interrupts=interrupt_steps(job))
+        ctx.report.log(f"{job.name}: {call.name} on {env.world_size} rank(s) via {env.launcher}, device {device}"
+                       + (f", attempt {ctx.restarts + 1}" if ctx.restarts else ""))
+        if ctx.restarts and not rundir.has_checkpoint(ctx.run_dir):
+            # Nothing to resume from (the function checkpoints nothing, or was stopped before it did).
+            ctx.report.event("restarted_from_scratch", attempt=ctx.restarts + 1)
+        start = time.perf_counter()
+        try:
+            returned = call.function(ctx, call.config) if call.with_config else call.function(ctx)
+        finally:
+            ctx.close()
+        if returned is not None and not isinstance(returned, dict):
+            raise TypeError(f"{call.name} returned {type(returned).__name__}; return a dict of metrics or None")
+        metrics = {**ctx.last_metrics, **(returned or {})}
+        ctx.report.event("finished", step=metrics.get("step"))
+        return envelope(metrics, env, settings.run_dir, threads, start, resumed_from=ctx.resumed_from)
+
+
+@contextlib.contextmanager
+def process_group(env: DistEnv, device: torch.device, init_timeout_s: int,
+                  collective_timeout_s: int) -> Iterator[None]:
+    """The job's process group for the length of the block, gone (threads joined) when it ends.
+
+    The block must let go of what holds the group (DDP's reducer) before it ends. A block that ends
+    normally or with StopRequested (every rank stops at the same step) leaves in step with the
+    other ranks; one that raises anything else leaves at once: a barrier would wait for ranks
+    that may never come.
+    """
+    store = process.init_process_group(env, device, init_timeout_s, collective_timeout_s)
+    together = False
+    try:
+        yield
+        together = True
+    except StopRequested:
+        together = True
+        raise
+    finally:
+        process.destroy_process_group(together)
+        # Rank 0's store serves the other ranks from a thread of its own: released with the group,
+        # that thread is joined now instead of running on into interpreter exit.
+        del store
