@@ -42,7 +42,7 @@ from submitit.helpers import Checkpointable
 from launcher import submitit_private
 from trainer.config.job import JobConfig, RunSettings
 from trainer.config.lookup import CODE_ROOT
-from trainer.dist import environment
+from trainer.distributed import environment
 from trainer.rank import events
 from trainer.rank.rundir import CHECKPOINTS_DIR
 from trainer.rank.stopping import TERMINATE, StopRequested, StopSignals

@@ -87,8 +87,8 @@ def build_dropout_model(name: str, num_classes: int = 10) -> nn.Module:
 def patched_build_model(replacement: Any) -> Iterator[None]:
     """Replace trainer.recipes.models.build_model, and every trainer module's own binding of it
     (`from trainer.recipes.models import build_model`), wherever the training loop's code lives."""
-    import trainer.recipes.models
     import trainer.recipes.components  # noqa: F401 - loads the modules that bind build_model
+    import trainer.recipes.models
 
     original = trainer.recipes.models.build_model
     patched = []

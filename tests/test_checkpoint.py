@@ -156,8 +156,8 @@ def test_slurm_profiles_checkpoint_by_default_and_the_job_can_change_it(tmp_path
 
 def _protocol(tmp_path: Path, signals: "StopSignals", hook: Any = None, interrupts: frozenset[int] = frozenset()
               ) -> "StopProtocol":
-    from trainer.dist.environment import resolve
-    from trainer.dist.ranks import Ranks
+    from trainer.distributed.environment import resolve
+    from trainer.distributed.ranks import Ranks
     from trainer.rank.reporting import Reporter
     from trainer.rank.stopping import StopProtocol
     env = resolve({})

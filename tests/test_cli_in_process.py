@@ -553,8 +553,7 @@ JOB_LIMITS_BAD = [
 
 def test_job_values_at_their_limits_are_accepted_and_one_past_them_refused_by_name() -> None:
     from trainer.config.job import JobConfig, interrupt_steps
-    from trainer.config.schema import build
-    from trainer.config.schema import ConfigError
+    from trainer.config.schema import ConfigError, build
     for data in JOB_LIMITS_OK:
         job = build(JobConfig, dict(data), "j.yaml")
         assert all(getattr(job, k) == v for k, v in data.items()), data

@@ -1,4 +1,4 @@
-"""Pre-submission checks (launcher.config.checks), sweep expansion (launcher.config.sweep) and the
+"""Pre-submission checks (launcher.config.checks), sweep expansion (trainer.config.sweep) and the
 container command lines (launcher.cluster.slurm.sbatch), called directly in this process.
 
 The subprocess tests (test_bad_inputs, test_script_jobs, test_container_script, test_oversize_sweeps)
@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from launcher.cluster.slurm.sbatch import SlurmRequest, container_srun_args, python_command
-from launcher.config import sweep
 from launcher.config.checks import check_data, check_entrypoint, check_local, check_writable_folder, script_path
 from launcher.config.profile import Profile
+from trainer.config import sweep
 from trainer.config.job import JobConfig
 from trainer.config.schema import ConfigError
 

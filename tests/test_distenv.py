@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trainer.dist.environment import DistEnv, port_for_job, resolve, scrubbed
+from trainer.distributed.environment import DistEnv, port_for_job, resolve, scrubbed
 
 SLURM_2x2_RANK3 = {
     "SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0", "SLURM_PROCID": "3", "SLURM_NTASKS": "4",
@@ -145,7 +145,7 @@ def test_derived_ports_cover_their_whole_range_and_do_not_change() -> None:
     ports = [port_for_job(str(j)) for j in range(20000)]
     assert 12000 <= min(ports) < 12010 and 31990 < max(ports) < 32000
     # Every rank computes the port itself: a change between versions would split a job's ranks.
-    assert [port_for_job(j) for j in ("single", "7", "slurm:4242")] == [24153, 13346, 16215]  # zlib.crc32 (trainer.dist.environment)
+    assert [port_for_job(j) for j in ("single", "7", "slurm:4242")] == [24153, 13346, 16215]  # zlib.crc32 (trainer.distributed.environment)
 
 
 def test_scrubbed_drops_every_family_of_job_variables() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import ROOT, last_json, rank_results, run_submit
-from trainer.dist import threads
+from trainer.distributed import threads
 
 
 @pytest.mark.parametrize("requested,environ,usable,expected", [
@@ -31,7 +31,7 @@ def test_set_threads_applies_to_torch_and_to_child_processes() -> None:
     """One call sets torch's threads and the OpenMP/MKL variables that processes it starts inherit."""
     code = (
         "import os, subprocess, sys, torch\n"
-        "from trainer.dist import process\n"
+        "from trainer.distributed import process\n"
         "n = process.set_threads(1)\n"
         "child = subprocess.run([sys.executable, '-c', 'import os, torch; "
         "print(os.environ[\"OMP_NUM_THREADS\"], os.environ[\"MKL_NUM_THREADS\"], torch.get_num_threads())'],"
@@ -46,7 +46,7 @@ def test_set_threads_applies_to_torch_and_to_child_processes() -> None:
 
 
 def test_nothing_else_sets_threads() -> None:
-    """trainer.dist.process.set_threads is the one place: no other project module calls torch's setters."""
+    """trainer.distributed.process.set_threads is the one place: no other project module calls torch's setters."""
     offenders = []
     for path in [*ROOT.glob("trainer/**/*.py"), *ROOT.glob("launcher/**/*.py")]:
         if path.name == "process.py":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trainer.dist.hostlist import expand, first_host
+from trainer.distributed.hostlist import expand, first_host
 
 TABLE = [
     ("node1", ["node1"]),

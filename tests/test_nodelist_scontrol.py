@@ -1,6 +1,6 @@
-"""The Python node-list parser (trainer/dist/hostlist.py) agrees with SLURM's own `scontrol show hostnames`.
+"""The Python node-list parser (trainer/distributed/hostlist.py) agrees with SLURM's own `scontrol show hostnames`.
 
-Ranks derive MASTER_ADDR from SLURM_JOB_NODELIST with trainer.dist.hostlist instead of forking scontrol,
+Ranks derive MASTER_ADDR from SLURM_JOB_NODELIST with trainer.distributed.hostlist instead of forking scontrol,
 so the two must expand every form SLURM writes the same way. SLURM is the reference here: each
 pattern is expanded by the dev cluster's scontrol at test time, not by a hand-written answer.
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer.dist.hostlist import expand
+from trainer.distributed.hostlist import expand
 
 PATTERNS = [
     "cpu1",

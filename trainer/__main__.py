@@ -2,7 +2,7 @@
 
     torchrun --nproc_per_node=2 -m trainer --job digits --run-dir runs/torchrun-digits
 
-Every process reads its rank from torchrun's variables (see trainer.dist.environment) and runs the
+Every process reads its rank from torchrun's variables (see trainer.distributed.environment) and runs the
 job through the same dispatcher as the submitter's tasks (trainer.runners.dispatch).
 """
 

@@ -41,7 +41,7 @@ from typing import Any
 
 import torch
 
-from trainer.dist import environment, process
+from trainer.distributed import environment, process
 from trainer.rank import handoff
 from trainer.rank.context import Context
 from trainer.rank.sampler import ResumableSampler

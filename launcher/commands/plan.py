@@ -21,7 +21,6 @@ from launcher.commands.console import EXIT_OK, emit
 from launcher.config import checks
 from launcher.config.profile import Profile
 from launcher.config.resolve import resolve
-from launcher.config.sweep import expand
 from launcher.request import executor
 from launcher.request.submission import Point, Submission, build, moved
 from launcher.rundir import layout, record
@@ -64,13 +63,14 @@ class Plan:
 
 def plan_submission(profile: Profile, points: list[Point], run_dir: Path, is_sweep: bool, source: str,
                     after: str | None) -> Submission:
-    """Local checks, the --after dependency, and the submission as data (new runs and --resume alike)."""
+    """The --after dependency, local checks, and the submission as data (new runs and --resume alike)."""
+    if after and profile.executor != "slurm":
+        raise ConfigError(f"--after {after}: dependencies need a slurm profile, not '{profile.executor}'")
+    after_ids = _job_ids_of(Path(after)) if after else []
     checks.check_writable_folder(run_dir.parent, "profile.runs_dir", "the run folder")
     for point in points:
         checks.check_local(profile, point.job, source, point.source)
-    if after and profile.executor != "slurm":
-        raise ConfigError(f"--after {after}: dependencies need a slurm profile, not '{profile.executor}'")
-    return build(profile, points, run_dir, is_sweep, _job_ids_of(Path(after)) if after else [])
+    return build(profile, points, run_dir, is_sweep, after_ids)
 
 
 def new_run(args: argparse.Namespace) -> tuple[Submission, str]:
@@ -79,10 +79,8 @@ def new_run(args: argparse.Namespace) -> tuple[Submission, str]:
     profile, job = resolved.profile, resolved.job
     if args.wait:
         profile.wait = True
-    jobs = (expand(resolved.job_data, resolved.sweep, resolved.job_source) if resolved.sweep is not None
-            else [(job, {})])
-    points = [Point(i, one, overrides, resolved.job_source + (f" (sweep task {i})" if resolved.sweep is not None
-                                                              else "")) for i, (one, overrides) in enumerate(jobs)]
+    points = [Point(i, one, overrides, resolved.job_source + (f" (sweep task {i})" if resolved.is_sweep else ""))
+              for i, (one, overrides) in enumerate(resolved.points)]
     run_dir = layout.new_run_dir(Path(profile.runs_dir), job.name, profile.name)
     sub = plan_submission(profile, points, run_dir, len(points) > 1, resolved.profile_source, args.after)
     return sub, resolved.profile_source

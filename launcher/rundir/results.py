@@ -19,11 +19,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from launcher.config.sweep import swept_keys
 from launcher.rundir import plots
 from launcher.rundir.layout import CURVES_FILE, METRICS_FILE, RESULT_FILE, SUMMARY_CSV, SUMMARY_MD, SUMMARY_PNG
 from launcher.rundir.record import RunInfo, load_run, read_optional, update_record, write_result
 from launcher.rundir.states import ACTIVE, TaskState, task_states
+from trainer.config.sweep import swept_keys
 
 METRIC_COLUMNS = ["test_accuracy", "test_loss", "train_loss", "images_per_second", "epochs", "steps"]
 TAIL_COLUMNS = ["wall_time_s", "restarts", "job_id", "error"]

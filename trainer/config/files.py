@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainer.config import filepaths, lookup
+from trainer.config import filepaths, lookup, overrides
 from trainer.config.schema import ConfigError, bad_value_error
 
 
@@ -36,7 +36,8 @@ class Renamed:
 class FileKind:
     """One kind of file users write: what finding, reading and merging it needs to know."""
 
-    kind: str  # "job", "profile": how messages name it
+    kind: str  # "job", "profile": how messages name it, and the scope of its `--set` keys
+    schema: type  # the dataclass it becomes (its fields are the keys `--set` may name)
     folder: str  # "jobs", "cluster_profiles": below the current directory and the user folder
     package: str  # the package whose wheel ships the folder as package data (setup.py)
     path_keys: tuple[str, ...] = ()  # paths: a relative one is read from the file that wrote it
@@ -97,9 +98,10 @@ class Loaded:
     path: Path  # the file itself (the first of the chain)
 
 
-def load(kind: FileKind, name: str) -> Loaded:
+def load(kind: FileKind, name: str, sets: Mapping[str, Any] | None = None) -> Loaded:
     """The file NAME stands for, merged with the files it `extends:` (recursively: the child wins,
-    mappings merge); each file's former names and relative paths are read before the merge."""
+    mappings merge; each file's former names and relative paths are read before the merge), its
+    `name` defaulting to the file's, with the `--set` values `sets` (trainer.config.overrides) on top."""
     path = kind.find(name)
     chain: list[Path] = []
     merged: dict[str, Any] = {}
@@ -119,7 +121,21 @@ def load(kind: FileKind, name: str) -> Loaded:
         else:
             current = kind.find(parent, current.parent)
     source = str(chain[0]) if len(chain) == 1 else f"{chain[0]} (extending {', '.join(map(str, chain[1:]))})"
+    merged.setdefault("name", path.stem)
+    if sets:
+        given = set_values(kind, sets)
+        # Merged, not replaced: `--set profile.env.A=1` adds A to the file's env instead of dropping the
+        # rest, and `--set job.config.lr=0.1` changes one key of an entrypoint's config.
+        merged, source = deep_merge(merged, given), overrides.described(source, given, kind.kind)
     return Loaded(merged, source, path)
+
+
+def set_values(kind: FileKind, sets: Mapping[str, Any]) -> dict[str, Any]:
+    """`--set` values for this kind as its fields: former names read as today's, paths from the
+    current directory, unknown keys refused."""
+    given = kind.prepare(sets, Path.cwd(), "--set", f"{kind.kind}.")
+    overrides.check_keys(given, kind.schema, kind.kind)
+    return given
 
 
 def read_yaml(path: Path) -> dict[str, Any]:

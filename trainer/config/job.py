@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
 from trainer.config import files
-from trainer.config.schema import build, require
+from trainer.config.schema import ConfigError, build, require
 
 # Bounds on counts and sizes: beyond them torch (32-bit sizes in kernels), memory or the OS fail
 # later, after queueing; refusing them here keeps the failure at submission time.
@@ -185,11 +185,23 @@ def data_folder(job: JobConfig, default: str) -> str:
 
 # A job file: found in ./jobs, the user folder, then the shipped jobs (trainer.config.lookup), with
 # `data_dir` relative to the file that wrote it (trainer.config.filepaths).
-JOB_FILES = files.FileKind("job", "jobs", "trainer", path_keys=("data_dir",))
+JOB_FILES = files.FileKind("job", JobConfig, "jobs", "trainer", path_keys=("data_dir",))
+
+
+def job_mapping(loaded: files.Loaded) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """A loaded job file's job keys, and its `sweep:` section (None: not a sweep). Your own code
+    (`entrypoint:`, `script:`) is also looked up next to the job file: its folder is `code_dir`."""
+    data = dict(loaded.data)
+    sweep = data.pop("sweep", None)
+    if sweep is not None and not isinstance(sweep, dict):
+        raise ConfigError(f"{loaded.source}: key 'sweep' must be a mapping with 'grid' and/or 'tasks'")
+    if data.get("entrypoint") or data.get("script"):
+        data.setdefault("code_dir", str(loaded.path.resolve().parent))
+    return data, sweep
 
 
 def load_job(name: str) -> JobConfig:
-    """Load a job file (following `extends:`) for `python -m trainer`; the submitter adds --set on top."""
+    """Load a job file (following `extends:`) for `python -m trainer`; a sweep file's base job
+    trains as itself. The submitter resolves jobs with `--set` on top (launcher.config.resolve)."""
     loaded = files.load(JOB_FILES, name)
-    loaded.data.pop("sweep", None)  # a sweep file's base job trains as itself
-    return build(JobConfig, loaded.data, loaded.source)
+    return build(JobConfig, job_mapping(loaded)[0], loaded.source)

@@ -1,6 +1,6 @@
 """`Context`: one rank's view of the run, the object the public API (trainer.api) hands your function.
 
-It joins the per-rank services of this wing behind one face: where the rank runs (trainer.dist),
+It joins the per-rank services of this wing behind one face: where the rank runs (trainer.distributed),
 `log`/`print`/`progress` (trainer.rank.reporting), `checkpoint`/`resume` of every rank's state
 (trainer.rank.checkpoint), and `step_boundary`, where the stop protocol runs (trainer.rank.stopping).
 The launcher makes it (trainer.runners.functions), or `trainer.api.init()` under torchrun.
@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from trainer.dist import environment
-from trainer.dist.ranks import Ranks
+from trainer.distributed import environment
+from trainer.distributed.ranks import Ranks
 from trainer.rank import checkpoint, events, timing
 from trainer.rank.reporting import Progress, Reporter
 from trainer.rank.rundir import CHECKPOINTS_DIR

@@ -16,7 +16,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from trainer.dist.environment import DistEnv
+from trainer.distributed.environment import DistEnv
 from trainer.rank import events
 from trainer.rank.rundir import METRICS_FILE, TENSORBOARD_DIR
 

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:  # annotations only: importing these at run time would import torch
-    from trainer.dist.ranks import Ranks
+    from trainer.distributed.ranks import Ranks
     from trainer.rank.reporting import Reporter
 
 NONE, REQUEUE, TERMINATE = 0, 1, 2

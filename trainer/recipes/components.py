@@ -12,7 +12,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from trainer.config.job import JobConfig
-from trainer.dist.ranks import Ranks
+from trainer.distributed.ranks import Ranks
 from trainer.rank import timing
 from trainer.recipes import data
 from trainer.recipes.models import build_model

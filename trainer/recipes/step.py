@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from trainer.dist.ranks import Ranks
+from trainer.distributed.ranks import Ranks
 from trainer.recipes import data
 
 EVAL_BATCH = 1024

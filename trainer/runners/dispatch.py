@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from trainer.config.job import JobConfig, RunSettings, data_folder
-from trainer.dist import environment
+from trainer.distributed import environment
 from trainer.rank import stopping, timing
 from trainer.rank.stopping import StopHook, StopSignals
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from trainer.dist.environment import DistEnv
+from trainer.distributed.environment import DistEnv
 
 # The envelope's keys that are not metrics (world_size and wall_time_s are shown with the metrics).
 PLACE_KEYS = ("run_dir", "node", "rank", "master_addr", "threads", "resumed_from", "returncode", "python", "code")

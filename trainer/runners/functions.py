@@ -17,8 +17,8 @@ from typing import Any
 import torch
 
 from trainer.config.job import JobConfig, RunSettings, interrupt_steps
-from trainer.dist import process
-from trainer.dist.environment import DistEnv
+from trainer.distributed import process
+from trainer.distributed.environment import DistEnv
 from trainer.rank import rundir, timing
 from trainer.rank.context import Context
 from trainer.rank.stopping import StopHook, StopRequested, StopSignals

@@ -3,7 +3,7 @@
 The child gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT (this task's
 place in the job), TORCHELASTIC_RESTART_COUNT (attempts before this one), TRAINER_RUN_DIR (the run
 folder, where trainer.api.init() puts metrics and checkpoints) and the thread variables set to the
-profile's cpus_per_task (capped as a function rank's are: trainer.dist.threads): a script written for torchrun runs unchanged, and forms its own process
+profile's cpus_per_task (capped as a function rank's are: trainer.distributed.threads): a script written for torchrun runs unchanged, and forms its own process
 group (this process forms none). Its standard output passes through; a last line that is a JSON
 object joins the run's result.
 
@@ -26,8 +26,8 @@ import time
 from typing import Any, NoReturn
 
 from trainer.config.job import JobConfig, RunSettings
-from trainer.dist import threads
-from trainer.dist.environment import DistEnv
+from trainer.distributed import threads
+from trainer.distributed.environment import DistEnv
 from trainer.rank import events, handoff, rundir, stopping
 from trainer.rank.stopping import (
     KIND_NAMES,
@@ -49,7 +49,7 @@ class ScriptFailed(RuntimeError):
 def child_environment(env: DistEnv, settings: RunSettings, restarts: int, thread_count: int,
                       base: dict[str, str] | None = None) -> dict[str, str]:
     """The script's environment: this task's, with torchrun's variables for this rank and the
-    thread variables at this rank's thread count (trainer.dist.threads)."""
+    thread variables at this rank's thread count (trainer.distributed.threads)."""
     out = dict(os.environ if base is None else base)
     out.update(RANK=str(env.rank), WORLD_SIZE=str(env.world_size), LOCAL_RANK=str(env.local_rank),
                LOCAL_WORLD_SIZE=str(env.local_world_size), MASTER_ADDR=env.master_addr,

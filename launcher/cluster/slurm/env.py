@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from trainer.dist.environment import scrubbed
+from trainer.distributed.environment import scrubbed
 
 # Not SLURM_*-prefixed, but they reformat what sacct and squeue print.
 OUTPUT_FORMAT_VARIABLES = ("SACCT_FORMAT", "SQUEUE_FORMAT", "SQUEUE_FORMAT2", "SQUEUE_SORT", "SINFO_FORMAT")

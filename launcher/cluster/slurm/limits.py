@@ -20,7 +20,7 @@ from launcher.cluster.slurm import capacity
 from launcher.cluster.slurm.env import slurm_env
 from launcher.cluster.slurm.sbatch import SlurmRequest
 from trainer.config.schema import ConfigError
-from trainer.dist import hostlist
+from trainer.distributed import hostlist
 
 # A healthy controller answers in milliseconds; an unreachable one makes scontrol retry for about
 # MessageTimeout (10 s by default). Give up before that rather than hang the submitter.

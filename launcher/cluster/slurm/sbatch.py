@@ -18,7 +18,7 @@ from typing import Any
 
 from launcher.cluster.slurm.srun import SRUN_ARGS
 from trainer.config.schema import ConfigError
-from trainer.dist import threads
+from trainer.distributed import threads
 
 # A pattern string: re compiles (and caches) it on first use, so a local submission never pays for it.
 _CONTROL = r"[\x00-\x1f\x7f]"

@@ -4,7 +4,7 @@ Each rank uses the profile's `cpus_per_task` threads, never more than SLURM gran
 (`SLURM_CPUS_PER_TASK`) or than its CPU mask allows: more threads than cores made the blog's seed
 program 3x slower on two cores. The count is exported to the batch script (for libraries that
 start thread pools before the trainer runs), set in a function rank's process
-(trainer.dist.process.set_threads) and given to a `script:` rank's environment
+(trainer.distributed.process.set_threads) and given to a `script:` rank's environment
 (trainer.runners.scripts), all from here. No torch: the submitter and the script runner read it.
 """
 

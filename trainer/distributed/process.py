@@ -16,8 +16,8 @@ import torch.distributed as dist
 # for good: destroy_process_group could never free it, and its threads would outlive the interpreter.
 import torch.distributed.nn  # noqa: F401
 
-from trainer.dist import threads
-from trainer.dist.environment import DistEnv
+from trainer.distributed import threads
+from trainer.distributed.environment import DistEnv
 
 
 class GpuUnavailableError(RuntimeError):
@@ -26,7 +26,7 @@ class GpuUnavailableError(RuntimeError):
 
 def set_threads(requested: int, environ: Mapping[str, str] | None = None) -> int:
     """Set this process's CPU threads, once, before torch does any work; returns the count
-    (trainer.dist.threads: the profile's cpus_per_task, capped by what SLURM and the CPU mask allow).
+    (trainer.distributed.threads: the profile's cpus_per_task, capped by what SLURM and the CPU mask allow).
 
     Called first thing by the dispatcher (trainer.runners.dispatch) and by `trainer.api.init()`.
     """

@@ -2,7 +2,7 @@
 
 Each is a no-op in a one-process run, so the training loop reads the same with one rank or many.
 Flags and Python objects travel as CPU tensors, which the process group sends through gloo also on
-GPU runs (see trainer.dist.process): a stop flag checked at every step then costs no device sync.
+GPU runs (see trainer.distributed.process): a stop flag checked at every step then costs no device sync.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from trainer.dist.environment import DistEnv
+from trainer.distributed.environment import DistEnv
 
 
 class Ranks:

@@ -17,7 +17,7 @@ import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from trainer.dist import hostlist
+from trainer.distributed import hostlist
 
 # Ports in [PORT_BASE, PORT_BASE + PORT_SPAN) are below Linux's ephemeral range (32768+), so a
 # derived port does not collide with ports the kernel hands out to outgoing connections.
