@@ -71,7 +71,7 @@ def test_installed_command_trains_the_default_job(venv: Path, empty: Path) -> No
     assert Path(result["run_dir"]).parent == empty / "runs"
     # The code that ran is the wheel's, not the checkout's.
     which = subprocess.run([str(venv / "bin" / "python"), "-c", "import launcher, trainer.config.job as c; "
-                            "print(launcher.__file__); print(c.JOBS_DIR)"], cwd=empty, capture_output=True,
+                            "print(launcher.__file__); print(c.JOB_FILES.shipped)"], cwd=empty, capture_output=True,
                            text=True, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, check=True)
     module, jobs = which.stdout.split()
     assert module.startswith(str(venv)) and jobs.startswith(str(venv)), which.stdout

@@ -176,8 +176,8 @@ class Profile:
 # (trainer.config.lookup); relative paths are read from the file that wrote them
 # (trainer.config.filepaths: `python` when it is a path, `container` when it is an image file, each
 # bind's SRC); the former names `time_min` and `mem_per_task_gb` (a number of GB) still read.
-PROFILE_FILES = FileKind("profile", Profile, "cluster_profiles", "launcher", path_keys=("data_dir", "runs_dir", "slurm_conf"),
-                         command_keys=("python",), image_keys=("container",), bind_keys=("container_binds",),
+PROFILE_FILES = FileKind("profile", Profile, "cluster_profiles", "launcher",
+                         path_keys=("data_dir", "runs_dir", "slurm_conf"), command_keys=("python",), image_keys=("container",), bind_keys=("container_binds",),
                          renamed=(Renamed("time_min", "time"), Renamed("mem_per_task_gb", "mem_per_task", "G")))
 
 

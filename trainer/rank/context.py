@@ -49,30 +49,13 @@ class Context:
         # launcher on rank 0), or torchrun's restart count. Rank 0 reads, everyone agrees.
         self.restarts = int(self.ranks.broadcast(previous_attempts(self.run_dir) if env.is_main else 0))
 
-    # ----- where this rank is ------------------------------------------------------------------
-    @property
-    def rank(self) -> int:
-        return self.env.rank
-
-    @property
-    def world_size(self) -> int:
-        return self.env.world_size
-
-    @property
-    def local_rank(self) -> int:
-        return self.env.local_rank
-
-    @property
-    def node(self) -> str:
-        return self.env.node
-
-    @property
-    def is_main(self) -> bool:
-        return self.env.is_main
-
-    @property
-    def distributed(self) -> bool:
-        return self.env.distributed
+    # ----- where this rank is (read from its DistEnv) -------------------------------------------
+    rank = property(lambda self: self.env.rank, doc="This process's rank, 0 .. world_size - 1.")
+    world_size = property(lambda self: self.env.world_size, doc="How many ranks the run has.")
+    local_rank = property(lambda self: self.env.local_rank, doc="This rank's index on its node (its GPU).")
+    node = property(lambda self: self.env.node, doc="The node this rank runs on.")
+    is_main = property(lambda self: self.env.is_main, doc="Whether this is rank 0.")
+    distributed = property(lambda self: self.env.distributed, doc="Whether the run has more than one rank.")
 
     # ----- metrics -----------------------------------------------------------------------------
     def log(self, metrics: dict[str, Any], step: int) -> None:

@@ -17,8 +17,8 @@ rank exits the same way) is split between the two processes of each rank:
   requeued: srun --kill-on-bad-exit would otherwise end rank 0 first). Such a script restarts from
   scratch.
 
-Files carry the attempt (trainer.rank.events.attempt_number: the run's "started" events, written by rank 0's task before
-the script starts), so a previous attempt's leftovers are never read as this one's. No torch here:
+Files carry the attempt (trainer.rank.events.attempt_number: the run's "started" events, written by
+rank 0's task before the script starts), so a previous attempt's leftovers are never read as this one's. No torch here:
 the task side imports this without torch.
 """
 

@@ -1,8 +1,8 @@
 """The built-in recipes (`digits`, `cifar10`, `cifar10-seed`, `cifar10-fast`: a job with a `model` and a
 `dataset` instead of an `entrypoint` or a `script`), written on the public per-rank API as your own
-function would be. `trainer.runners.dispatch.run_job` calls `fit(ctx, job)` through the same path as an `entrypoint:`
-job (trainer.runners.functions); the model, data and step helpers used here (trainer.recipes.components, trainer.recipes.data,
-trainer.recipes.step, trainer.recipes.models) are importable by your code too.
+function would be. The dispatcher (trainer.runners.dispatch) calls `fit(ctx, job)` through the same
+path as an `entrypoint:` job (trainer.runners.functions); the model, data and step helpers used here
+(this wing's `components`, `data`, `step` and `models`) are importable by your code too.
 
 Exact resume: the data order is a pure function of (seed, epoch), so the checkpoint's `loop` counters
 (the epoch and the position in it) plus what the Context keeps for every rank (its RNG states and, as a

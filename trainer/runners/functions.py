@@ -50,7 +50,7 @@ def run_function(call: Call, job: JobConfig, settings: RunSettings, env: DistEnv
     device = process.pick_device(settings.use_gpus, env)
     with process_group(env, device, settings.init_timeout_s, settings.collective_timeout_s):
         timing.mark("process_group")
-        every = job.checkpoint_every_steps if job.checkpoint_every_steps is not None else settings.checkpoint_every_steps
+        every = settings.checkpoint_every_steps if job.checkpoint_every_steps is None else job.checkpoint_every_steps
         if job.deterministic and device.type == "cpu":
             torch.use_deterministic_algorithms(True, warn_only=True)
         torch.manual_seed(job.seed)  # the same start on every rank unless the function seeds itself

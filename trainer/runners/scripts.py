@@ -3,8 +3,8 @@
 The child gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT (this task's
 place in the job), TORCHELASTIC_RESTART_COUNT (attempts before this one), TRAINER_RUN_DIR (the run
 folder, where trainer.api.init() puts metrics and checkpoints) and the thread variables set to the
-profile's cpus_per_task (capped as a function rank's are: trainer.distributed.threads): a script written for torchrun runs unchanged, and forms its own process
-group (this process forms none). Its standard output passes through; a last line that is a JSON
+profile's cpus_per_task, capped as a function rank's are (trainer.distributed.threads): a script
+written for torchrun runs unchanged, and forms its own process group (this process forms none). Its standard output passes through; a last line that is a JSON
 object joins the run's result.
 
 A stop signal that reaches this process is forwarded to the child, and the stop ends in a requeue

@@ -1,0 +1,186 @@
+"""The layout's rules, read from the code's own imports (as torchtitan freezes its surface with a test):
+which wing may import which, that the trainer never imports the launcher or submitit (it also runs
+under torchrun), that only `submit.py` enters the command line's wing, that the configuration wing
+stays torch-free, that no modules import each other in a loop, and that no module grows past what
+one sitting can read. docs/architecture.md draws the same map."""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import ROOT
+
+# Each wing (a folder of a package, or a top-level module) and the wings it may import. Arrows point
+# one way: down this table's order, never back up.
+ALLOWED: dict[str, set[str]] = {
+    "submit": {"launcher.commands"},
+    "launcher.commands": {"launcher.request", "launcher.rundir", "launcher.cluster", "launcher.config",
+                          "launcher.node", "trainer.config", "trainer.runners"},
+    "launcher.request": {"launcher.rundir", "launcher.cluster", "launcher.config", "launcher.node",
+                         "launcher.submitit_private", "trainer.config"},
+    "launcher.node": {"launcher.submitit_private", "trainer.config", "trainer.distributed", "trainer.rank",
+                      "trainer.runners"},
+    "launcher.submitit_private": set(),
+    "launcher.rundir": {"launcher.cluster", "launcher.config", "trainer.config", "trainer.rank"},
+    "launcher.cluster": {"trainer.config", "trainer.distributed"},
+    "launcher.config": {"trainer.config", "trainer.runners"},
+    "launcher.client": set(),
+    "launcher.devcluster": set(),  # a product tool that stands alone
+    "trainer.__main__": {"trainer.config", "trainer.rank", "trainer.runners"},
+    "trainer.runners": {"trainer.recipes", "trainer.rank", "trainer.distributed", "trainer.config"},
+    "trainer.recipes": {"trainer.api", "trainer.rank", "trainer.distributed", "trainer.config"},
+    "trainer.api": {"trainer.rank", "trainer.distributed"},
+    "trainer.rank": {"trainer.distributed"},
+    "trainer.distributed": set(),
+    "trainer.config": set(),
+}
+# Third-party packages the configuration wing may import: it is what `--help`, `--dry-run` and
+# `status` load, so never torch.
+CONFIG_THIRD_PARTY = {"yaml"}
+MAX_LINES = 300
+
+
+def modules() -> dict[str, Path]:
+    found = {"submit": ROOT / "submit.py"}
+    for path in [*ROOT.glob("trainer/**/*.py"), *ROOT.glob("launcher/**/*.py")]:
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def wing(module: str) -> str:
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] in ("trainer", "launcher") and len(parts) > 1 else parts[0]
+
+
+def imports(path: Path) -> list[tuple[str, int]]:
+    """Every module `path` imports (at the top or inside a function), with its line."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out += [(alias.name, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.append((node.module, node.lineno))
+            out += [(f"{node.module}.{alias.name}", node.lineno) for alias in node.names]
+    return out
+
+
+def ours(name: str, known: dict[str, Path]) -> str | None:
+    """The project module an import names (`from trainer.rank import events` names trainer.rank.events)."""
+    while name and name not in known:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def test_every_wing_imports_only_the_wings_below_it() -> None:
+    known = modules()
+    wrong = []
+    for module, path in known.items():
+        mine = wing(module)
+        assert mine in ALLOWED or mine in ("trainer", "launcher"), f"{path}: a wing the layout does not know"
+        for name, line in imports(path):
+            target = ours(name, known)
+            if target is None or wing(target) in (mine, "trainer", "launcher"):
+                continue
+            if wing(target) not in ALLOWED.get(mine, set()):
+                wrong.append(f"{path.relative_to(ROOT)}:{line} imports {target}")
+    assert wrong == []
+
+
+def test_the_trainer_never_imports_the_launcher_or_submitit() -> None:
+    wrong = [f"{path.relative_to(ROOT)}:{line} imports {name}" for module, path in modules().items()
+             if module.startswith("trainer") for name, line in imports(path)
+             if name.split(".")[0] in ("launcher", "submitit")]
+    assert wrong == []
+
+
+def test_only_submit_py_imports_the_command_line() -> None:
+    wrong = [f"{path.relative_to(ROOT)}:{line}" for module, path in modules().items()
+             if wing(module) not in ("submit", "launcher.commands") for name, line in imports(path)
+             if name == "launcher.commands" or name.startswith("launcher.commands.")]
+    assert wrong == []
+
+
+def test_the_config_wing_imports_no_torch_and_nothing_of_ours_outside_it() -> None:
+    wrong = []
+    for module, path in modules().items():
+        if wing(module) != "trainer.config":
+            continue
+        for name, line in imports(path):
+            top = name.split(".")[0]
+            if top in ("trainer", "launcher"):
+                if not name.startswith("trainer.config"):
+                    wrong.append(f"{path.relative_to(ROOT)}:{line} imports {name}")
+            elif top not in sys.stdlib_module_names and top not in CONFIG_THIRD_PARTY:
+                wrong.append(f"{path.relative_to(ROOT)}:{line} imports {name}")
+    assert wrong == []
+
+
+def test_loading_every_config_module_loads_no_torch() -> None:
+    """The same, as Python sees it: importing the whole wing (and the submitter's --help) loads no torch."""
+    names = sorted(m for m in modules() if wing(m) == "trainer.config")
+    code = f"import sys; import {', '.join(names)}; print('torch' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
+
+
+def test_no_modules_import_each_other_in_a_loop() -> None:
+    """Module-level imports only: an import inside a function runs later and cannot loop at import."""
+    known = modules()
+    graph: dict[str, set[str]] = {m: set() for m in known}
+    for module, path in known.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in tree.body:
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+                if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 else [])
+            graph[module] |= {t for n in names if (t := ours(n, known)) and t != module}
+    loops = []
+    for start in graph:
+        seen, todo = set(), list(graph[start])
+        while todo:
+            here = todo.pop()
+            if here == start:
+                loops.append(start)
+                break
+            if here not in seen:
+                seen.add(here)
+                todo += graph[here]
+    assert loops == []
+
+
+@pytest.mark.parametrize("folder", ["trainer", "launcher", "benchmarks", "examples"])
+def test_no_module_is_longer_than_one_sitting(folder: str) -> None:
+    long = {str(p.relative_to(ROOT)): n for p in (ROOT / folder).glob("**/*.py")
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
+    assert long == {}
+
+
+def test_every_module_says_what_it_owns() -> None:
+    """An opening docstring in every module of the two packages (a wing's __init__ says what the wing owns)."""
+    missing = [str(path.relative_to(ROOT)) for module, path in modules().items()
+               if module != "submit" and not ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")))]
+    assert missing == []
+
+
+def test_the_public_per_rank_api_is_frozen() -> None:
+    """What users import from trainer.api: adding a name is a decision, removing one breaks their code."""
+    import trainer.api
+
+    assert sorted(trainer.api.__all__) == ["Context", "ResumableSampler", "StopRequested", "epoch_and_skip",
+                                           "init", "steps_per_epoch"]
+    assert all(hasattr(trainer.api, name) for name in trainer.api.__all__)
+
+
+def test_the_allowed_table_has_no_arrow_back_up() -> None:
+    """The table itself: no two wings allow each other."""
+    for a, b in itertools.permutations(ALLOWED, 2):
+        if b in ALLOWED[a]:
+            assert a not in ALLOWED[b], (a, b)
