@@ -43,6 +43,7 @@ from launcher.devcluster.paths import (
     DB_USER,
     DBD_PORT,
     GPU_NODES,
+    GPU_TYPE,
     GPUS_PER_NODE,
     MARIADB_PORT,
     STATE_DIR,
@@ -114,7 +115,7 @@ def render_slurm_conf(spec: Spec) -> str:
     s = STATE_DIR
     node_lines = "\n".join(
         f"NodeName={n.name} NodeAddr={n.addr} NodeHostname={n.name} Port={n.port}"
-        + (f" Gres=gpu:{n.gpus}" if n.gpus else "")
+        + (f" Gres=gpu:{GPU_TYPE}:{n.gpus}" if n.gpus else "")
         for n in spec.all_nodes()
     )
     cpu_nodes = ",".join(n.name for n in spec.all_nodes() if not n.gpus)
@@ -195,7 +196,7 @@ def make_fake_gpus() -> None:
 
 def render_gres_conf(spec: Spec) -> str:
     files = f"{fake_gpu_dir()}/nvidia[0-{GPUS_PER_NODE - 1}]"
-    lines = [f"NodeName={n.name} Name=gpu File={files}" for n in spec.all_nodes() if n.gpus]
+    lines = [f"NodeName={n.name} Name=gpu Type={GPU_TYPE} File={files}" for n in spec.all_nodes() if n.gpus]
     return f"{GENERATED}\n" + "\n".join(lines) + "\n"
 
 

@@ -40,6 +40,9 @@ DB_PASS = "devcluster"
 MAX_NODES = 4
 GPU_NODES = 2
 GPUS_PER_NODE = 4
+# The GPU type the gpu nodes advertise (`Gres=gpu:fake:4`): a typed request (`--gres=gpu:fake:2`,
+# `--gpus-per-node=fake:2`) schedules there, a request for another type does not.
+GPU_TYPE = "fake"
 CRED_EXPIRE_S = 10
 DEFAULT_MAX_ARRAY_SIZE = 1001
 READY_TIMEOUT_S = 90.0
