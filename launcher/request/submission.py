@@ -118,6 +118,7 @@ def run_settings(profile: Profile, job: JobConfig, folder: Path) -> RunSettings:
         init_timeout_s=profile.init_timeout_s, collective_timeout_s=profile.collective_timeout_s,
         stop_signal=profile.signal,
         progress_bar=profile.executor != "slurm" and sys.stderr.isatty(),
+        max_restarts=profile.max_timeout_requeues,
     )
 
 

@@ -174,6 +174,8 @@ class RunSettings:
     stop_signal: str = "USR2"
     # Show a tqdm bar (interactive local runs) instead of plain log lines.
     progress_bar: bool = False
+    # The cap on time-out requeues (the profile's max_timeout_requeues): a script's TORCHELASTIC_MAX_RESTARTS.
+    max_restarts: int = 0
 
 
 def data_folder(job: JobConfig, default: str) -> str:

@@ -26,12 +26,15 @@ PORT_SPAN = 20000
 
 TABLES: dict[str, dict[str, str]] = {
     "torchrun": {"rank": "RANK", "world_size": "WORLD_SIZE", "local_rank": "LOCAL_RANK",
-                 "local_world_size": "LOCAL_WORLD_SIZE", "job_id": "TORCHELASTIC_RUN_ID"},
+                 "local_world_size": "LOCAL_WORLD_SIZE", "job_id": "TORCHELASTIC_RUN_ID",
+                 "node_rank": "GROUP_RANK", "num_nodes": "GROUP_WORLD_SIZE"},
     "local": {"rank": "SUBMITIT_LOCAL_GLOBALID", "world_size": "SUBMITIT_LOCAL_NTASKS",
               "local_rank": "SUBMITIT_LOCAL_LOCALID", "local_world_size": "SUBMITIT_LOCAL_NTASKS",
-              "job_id": "SUBMITIT_LOCAL_JOB_ID"},
+              "job_id": "SUBMITIT_LOCAL_JOB_ID", "node_rank": "SUBMITIT_LOCAL_NODEID",
+              "num_nodes": "SUBMITIT_LOCAL_JOB_NUM_NODES"},
     "slurm": {"rank": "SLURM_PROCID", "world_size": "SLURM_NTASKS", "local_rank": "SLURM_LOCALID",
-              "local_world_size": "SLURM_NTASKS_PER_NODE", "job_id": "SLURM_JOB_ID"},
+              "local_world_size": "SLURM_NTASKS_PER_NODE", "job_id": "SLURM_JOB_ID",
+              "node_rank": "SLURM_NODEID", "num_nodes": "SLURM_NNODES"},
 }
 
 
@@ -50,6 +53,8 @@ class DistEnv:
     node: str
     array_job_id: str = ""
     array_task_id: str = ""
+    node_rank: int = 0  # this node's index among the job's nodes (torchrun's GROUP_RANK)
+    num_nodes: int = 1  # the job's node count (torchrun's GROUP_WORLD_SIZE)
 
     @property
     def distributed(self) -> bool:
@@ -116,6 +121,7 @@ def resolve(env: Mapping[str, str]) -> DistEnv:
         job_id=job_id, node=node,
         array_job_id=env.get("SLURM_ARRAY_JOB_ID", "") if launcher == "slurm" else "",
         array_task_id=env.get("SLURM_ARRAY_TASK_ID", "") if launcher == "slurm" else "",
+        node_rank=num("node_rank", 0), num_nodes=num("num_nodes", 1),
     )
 
 
