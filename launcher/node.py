@@ -26,12 +26,14 @@ if time allows and exits without a result; SLURM decides whether it comes back.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import resource
 import signal
 import socket
 import sys
 import time
+from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +121,31 @@ def drop_stale_result() -> None:
         pass
 
 
+# submitit's LocalExecutor sets CUDA_VISIBLE_DEVICES to 0..gpus_per_node-1 for its tasks ("" for a CPU
+# profile), whatever the caller chose; the submitter passes the caller's choice on in this variable
+# (JSON: the value, or null for unset) and each task puts it back before torch starts.
+CALLER_GPUS = "TRAINER_CALLER_CUDA_VISIBLE_DEVICES"
+
+
+def remember_caller_gpus(environ: MutableMapping[str, str], local: bool) -> None:
+    """In the submitter, in the environment the local executor copies: the caller's CUDA_VISIBLE_DEVICES."""
+    environ.pop(CALLER_GPUS, None)
+    if local:
+        environ[CALLER_GPUS] = json.dumps(environ.get("CUDA_VISIBLE_DEVICES"))
+
+
+def restore_caller_gpus(environ: MutableMapping[str, str]) -> None:
+    """In a local task, first thing: CUDA_VISIBLE_DEVICES as the submitter's caller had it."""
+    raw = environ.pop(CALLER_GPUS, None)
+    if raw is None or environ.get("SUBMITIT_EXECUTOR") != "local":
+        return
+    value = json.loads(raw)
+    if value is None:
+        environ.pop("CUDA_VISIBLE_DEVICES", None)
+    else:
+        environ["CUDA_VISIBLE_DEVICES"] = str(value)
+
+
 class TrainTask(Checkpointable):
     """Train one job. On requeue, submitit pickles this same object again; the trainer then resumes
     from the newest good checkpoint in the run folder, so no state needs to travel in the pickle."""
@@ -129,6 +156,7 @@ class TrainTask(Checkpointable):
 
     def __call__(self) -> dict[str, Any]:
         private_and_coreless()
+        restore_caller_gpus(os.environ)  # before torch: submitit's local executor set its own
         drop_stale_result()
         requeue = SubmititRequeue.current()
         settings = self.settings

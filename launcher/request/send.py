@@ -30,7 +30,7 @@ from trainer.config.lookup import CODE_ROOT
 
 @contextlib.contextmanager
 def submission_environment(slurm_conf: str, code_dir: Path | None = None,
-                           extra: dict[str, str] | None = None) -> Iterator[None]:
+                           extra: dict[str, str] | None = None, local: bool = False) -> Iterator[None]:
     """Submit with a clean environment: a submitter running inside a job must not pass that job's
     SLURM_*/RANK/MASTER_* variables on (sbatch exports the caller's environment to the new job,
     and the local executor copies it into its processes). `extra`: the profile's `env` for the
@@ -38,11 +38,17 @@ def submission_environment(slurm_conf: str, code_dir: Path | None = None,
 
     `code_dir`: the run's code snapshot (launcher/rundir/snapshot.py). The tasks import from it: it
     is their PYTHONPATH and their working directory (sbatch and the local executor start jobs in the
-    submitter's current directory, and `python -m` puts that first on sys.path)."""
+    submitter's current directory, and `python -m` puts that first on sys.path).
+
+    `local`: the local executor, which sets CUDA_VISIBLE_DEVICES itself: the caller's is passed on
+    beside it for the tasks to put back (launcher.node.restore_caller_gpus)."""
+    from launcher.node import remember_caller_gpus  # (imports submitit: only when something is sent)
+
     saved, cwd = dict(os.environ), os.getcwd()
     os.environ.clear()
     os.environ.update(slurm_env(slurm_conf, saved))
     os.environ.update(extra or {})
+    remember_caller_gpus(os.environ, local)
     # The task unpickles launcher.node.TrainTask wherever it runs: make the project importable there
     # even when the submitter was started from another folder and the project is not installed.
     code = str(code_dir or CODE_ROOT)
@@ -96,7 +102,7 @@ def _queue(sub: Submission, calls: list[Callable[[], Any]], chunk_size: int | No
             update_record(sub.run_dir, code=snapshot.read_note(sub.run_dir))
     try:
         local_env = sub.profile.env if sub.executor != "slurm" else {}
-        with submission_environment(sub.slurm_conf, code_dir, local_env), holding:
+        with submission_environment(sub.slurm_conf, code_dir, local_env, sub.executor == "local"), holding:
             size = chunk_size or len(calls)
             for start in range(0, len(calls), size):
                 if len(calls) > 1:
