@@ -78,7 +78,8 @@ def init_process_group(env: DistEnv, device: torch.device, init_timeout_s: int,
     timeout = datetime.timedelta(seconds=collective_timeout_s)
     device_id = device if device.type == "cuda" else None
     if env.launcher == "torchrun":
-        # torchrun's agent already serves the rendezvous store on MASTER_PORT; env:// joins it.
+        # env:// joins the store torchrun's agent serves on MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True),
+        # or, without it (a `script:` rank: trainer.runners.scripts), rank 0 serves it there itself.
         dist.init_process_group(backend=backend, init_method="env://", timeout=timeout, device_id=device_id)
         return None
     store = dist.TCPStore(env.master_addr, env.master_port, env.world_size, is_master=env.rank == 0,

@@ -1,11 +1,17 @@
 """Running a job's `script:` on this rank: a child process in the environment torchrun would give it.
 
-The child gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT (this task's
-place in the job), TORCHELASTIC_RESTART_COUNT (attempts before this one), TRAINER_RUN_DIR (the run
-folder, where trainer.api.init() puts metrics and checkpoints) and the thread variables set to the
-profile's cpus_per_task, capped as a function rank's are (trainer.distributed.threads): a script
-written for torchrun runs unchanged, and forms its own process group (this process forms none). Its standard output passes through; a last line that is a JSON
-object joins the run's result.
+The child gets the variables torchrun 2.x sets for a worker (child_environment): RANK, WORLD_SIZE,
+LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK / GROUP_WORLD_SIZE (node index and count), ROLE_RANK,
+ROLE_WORLD_SIZE, ROLE_NAME, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT (attempts before
+this one), TORCHELASTIC_MAX_RESTARTS, TORCHELASTIC_RUN_ID (the job id), TORCHELASTIC_ERROR_FILE
+(this rank's, for torch's @record) and never TORCHELASTIC_USE_AGENT_STORE (no agent serves a store:
+env:// has rank 0 serve it); also TRAINER_RUN_DIR (the run folder, where trainer.api.init() puts
+metrics and checkpoints) and the thread variables set to the profile's cpus_per_task, capped as a
+function rank's are (trainer.distributed.threads). A script written for torchrun runs unchanged, and
+forms its own process group (this process forms none). Its standard output passes through, and a
+last line that is a JSON object joins the run's result; its standard error passes through too, and
+a failure names its exception (@record's message, else its last exception line). It dies with this
+task (trainer.runners.childproc).
 
 A stop signal that reaches this process is forwarded to the child, and the stop ends in a requeue
 like a built-in job's (trainer.rank.handoff: the hand-off): a script that calls trainer.api.init()
@@ -39,6 +45,7 @@ from trainer.rank.stopping import (
     StopSignals,
     signal_number,
 )
+from trainer.runners import childproc
 from trainer.runners.envelope import envelope
 
 
@@ -47,13 +54,20 @@ class ScriptFailed(RuntimeError):
 
 
 def child_environment(env: DistEnv, settings: RunSettings, restarts: int, thread_count: int,
-                      base: dict[str, str] | None = None) -> dict[str, str]:
-    """The script's environment: this task's, with torchrun's variables for this rank and the
-    thread variables at this rank's thread count (trainer.distributed.threads)."""
+                      base: dict[str, str] | None = None, error_file: str = "") -> dict[str, str]:
+    """The script's environment: this task's, with the variables torchrun 2.x gives a worker
+    (torch.distributed.elastic.agent.server.local_elastic_agent, one role "default") for this rank,
+    and the thread variables at this rank's thread count (trainer.distributed.threads)."""
     out = dict(os.environ if base is None else base)
+    # Never the agent's store: there is no agent, and env:// then has rank 0 serve the store itself.
+    out.pop("TORCHELASTIC_USE_AGENT_STORE", None)
     out.update(RANK=str(env.rank), WORLD_SIZE=str(env.world_size), LOCAL_RANK=str(env.local_rank),
-               LOCAL_WORLD_SIZE=str(env.local_world_size), MASTER_ADDR=env.master_addr,
-               MASTER_PORT=str(env.master_port), TORCHELASTIC_RESTART_COUNT=str(restarts),
+               LOCAL_WORLD_SIZE=str(env.local_world_size), GROUP_RANK=str(env.node_rank),
+               GROUP_WORLD_SIZE=str(env.num_nodes), ROLE_RANK=str(env.rank), ROLE_WORLD_SIZE=str(env.world_size),
+               ROLE_NAME="default", MASTER_ADDR=env.master_addr, MASTER_PORT=str(env.master_port),
+               TORCHELASTIC_RESTART_COUNT=str(restarts), TORCHELASTIC_MAX_RESTARTS=str(settings.max_restarts),
+               TORCHELASTIC_RUN_ID=env.job_id or "none", TORCHELASTIC_ERROR_FILE=error_file,
+               TORCH_NCCL_ASYNC_ERROR_HANDLING=out.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
                TRAINER_RUN_DIR=settings.run_dir)
     out.update(threads.variables(thread_count))
     return out
@@ -78,18 +92,31 @@ class Child:
         self.number, self.channel = number, channel  # number: this attempt, as this rank saw it at its start
         self.decided: dict[str, Any] | None = None
         self.last: dict[str, Any] = {}
+        # torchrun's per-worker error file, which torch's @record writes (TORCHELASTIC_ERROR_FILE).
+        self.error_file = os.path.join(channel, "error.json")
+        self.stderr: childproc.StderrTail | None = None
 
     def run(self) -> dict[str, Any]:
         thread_count = threads.count(self.settings.threads)
-        child_env = child_environment(self.env, self.settings, self.number - 1, thread_count)
+        child_env = child_environment(self.env, self.settings, self.number - 1, thread_count,
+                                      error_file=self.error_file)
         child_env.update({handoff.CHANNEL_VARIABLE: self.channel,
                           handoff.STOP_SIGNAL_VARIABLE: self.settings.stop_signal,
                           handoff.INTERRUPT_VARIABLE: str(self.job.interrupt_at)})
         start = time.perf_counter()
+        # The child dies with this task (childproc.die_with_parent), whichever way the task ends.
         child = subprocess.Popen([sys.executable, self.job.script, *self.job.args], env=child_env,
-                                 stdout=subprocess.PIPE, text=True, cwd=os.getcwd(), start_new_session=False)
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=os.getcwd(),
+                                 start_new_session=False, preexec_fn=childproc.die_with_parent())
+        try:
+            return self.watch(child, start, thread_count)
+        finally:
+            childproc.end(child)
+
+    def watch(self, child: subprocess.Popen[str], start: float, thread_count: int) -> dict[str, Any]:
         reader = threading.Thread(target=self.relay, args=(child,), daemon=True)
         reader.start()
+        self.stderr = childproc.StderrTail(child.stderr)
         forwarded = NONE
         while child.poll() is None:
             if self.stops.kind > forwarded:
@@ -106,6 +133,7 @@ class Child:
                     handoff.answer(self.channel, self.decide(asked))
             time.sleep(0.1)
         reader.join(timeout=10)
+        self.stderr.join()
         if child.returncode == 0:
             metrics = {k: v for k, v in self.last.items() if isinstance(v, (int, float, str, bool))}
             return envelope(metrics, self.env, self.settings.run_dir, thread_count, start, returncode=0)
@@ -135,6 +163,11 @@ class Child:
                     self.last.clear()
                     self.last.update(parsed)
 
+    def cause(self) -> str:
+        """What the script said when it failed: @record's message, else its last exception line."""
+        recorded = childproc.recorded_error(self.error_file)
+        return recorded or (self.stderr.last_exception() if self.stderr is not None else "")
+
     def decide(self, signal_name: str) -> dict[str, Any]:
         """Rank 0: the launcher's requeue decision (once per attempt), as the built-in protocol makes it."""
         if self.decided is None:
@@ -147,6 +180,7 @@ class Child:
         run_dir, kind, name = self.settings.run_dir, self.stops.kind, self.stops.name
         failed = ScriptFailed(f"{self.job.script} exited with status {code} on rank {self.env.rank}"
                               + (f" after SIG{name} was forwarded to it" if signalled_here else "")
+                              + (f": {self.cause()}" if self.cause() else "")
                               + "; its traceback is in this rank's log")
         if kind == TERMINATE:  # SLURM is ending the job (scancel, scontrol requeue): it decides what follows
             info: dict[str, Any] | None = {"requeued": False, "reason": "terminated"}
