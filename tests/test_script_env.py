@@ -142,6 +142,7 @@ def test_a_script_dies_with_its_task_when_a_peer_fails(tmp_path: Path) -> None:
 
 @pytest.mark.slurm
 def test_a_script_dies_with_its_task_on_two_dev_cluster_nodes(slurm_cluster: Path, tmp_path: Path) -> None:
+    # A guard rather than a regression test: the dev cluster's slurmd already ends a step's processes.
     script = tmp_path / "survivor.py"
     script.write_text(SURVIVOR)
     (tmp_path / "s.yaml").write_text(f"script: {script}\n")
