@@ -138,3 +138,15 @@ def test_every_python_block_is_an_excerpt_of_a_file_the_tests_run() -> None:
         # The file is one the commands above run: tiny.yaml's entrypoint names its module.
         module = match.group(1).removesuffix(".py").replace("/", ".")
         assert any(f'entrypoint: "{module}:' in yaml for yaml in blocks("yaml")), module
+
+
+def test_every_link_to_a_page_of_the_checkout_finds_it() -> None:
+    """The README sends readers to docs/: a renamed page must not leave a dead link."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    dead = []
+    for page in pages:
+        for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", page.read_text()):
+            if not (page.parent / target).exists():
+                dead.append(f"{page.relative_to(ROOT)}: {target}")
+    assert dead == []
+    assert re.findall(r"\]\((docs/[^)#]+)", README), "the README links to no docs/ page"
