@@ -48,7 +48,7 @@ def deterministic_flag() -> Iterator[None]:
 
 
 def onecycle_lr(lr: float, step: int, total: int, warmup_fraction: float = 0.2) -> float:
-    """The README's onecycle: linear warm-up over a fifth of the steps, then linear decay to 0."""
+    """docs/profiles-and-jobs.md's onecycle (`lr_schedule`): linear warm-up over a fifth of the steps, then linear decay to 0."""
     warmup = max(1, int(total * warmup_fraction))
     if step < warmup:
         return lr * (step + 1) / warmup

@@ -399,7 +399,7 @@ def test_slurm_time_limits_and_memory_read_as_slurm_reads_them() -> None:
         units.time_minutes("1-24")
 
 
-# Each sbatch option the profile models, and the profile key the refusal points to (README: sbatch_extra).
+# Each sbatch option the profile models, and the profile key the refusal points to (docs/profiles-and-jobs.md: sbatch_extra).
 MODELLED = {
     "nodes": "nodes", "ntasks": "nodes x tasks_per_node", "ntasks-per-node": "tasks_per_node",
     "tasks-per-node": "tasks_per_node", "ntasks-per-core": "tasks_per_node", "ntasks-per-socket": "tasks_per_node",

@@ -26,11 +26,11 @@ Dataset = Literal["digits", "cifar10", "synthetic-cifar10"]
 
 @dataclass
 class JobConfig:
-    """A job (jobs/*.yaml): what to train and how; every key is documented in the README."""
+    """A job (jobs/*.yaml): what to train and how; every key is documented in docs/profiles-and-jobs.md."""
 
     name: str = "job"
     # Your own code instead of the built-in recipe: "package.module:function", called once per rank
-    # with a trainer.api.Context (see the README, "Your own training code"). The recipe keys below
+    # with a trainer.api.Context (see docs/your-code.md). The recipe keys below
     # then only matter through what the function reads; `config:` is the function's own mapping.
     entrypoint: str = ""
     config: dict[str, Any] = field(default_factory=dict)

@@ -22,7 +22,7 @@ from trainer.config.job import JobConfig
 from trainer.config.schema import ConfigError, build, field_names, unknown_key_error
 
 SWEEP_KEYS = ("grid", "tasks")
-# The most tasks one sweep may have (README, "Sweeps"). Bounded so that a typo in a grid fails at
+# The most tasks one sweep may have (docs/operating-runs.md, "Sweeps"). Bounded so that a typo in a grid fails at
 # once instead of building millions of jobs; the live preflight then checks the cluster's limits.
 MAX_SWEEP_TASKS = 10_000
 

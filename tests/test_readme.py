@@ -1,0 +1,152 @@
+"""The README's commands run as written: a newcomer copies them first, so each one that can run on this
+machine is run here, from a temporary copy of the checkout (runs/ and the example files land there, not in
+the checkout). Those that cannot are listed with the reason; a command in neither list fails the test, so a
+new README command must be placed in one of them."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+
+# Commands that cannot run here, and why.
+NOT_RUN = {
+    "pip install torch==2.14.1 torchvision==0.29.1 -e .":
+        "what tests/run_all.sh runs first (test_the_pip_line_is_the_one_run_all_installs checks they agree)",
+    "bash tests/run_all.sh": "the test command itself",
+    "python submit.py --profile slurm-gpu --job cifar10": "needs a real SLURM cluster with GPUs",
+}
+# Commands that run on this machine, each with something a user would see in its output.
+LOCAL = {
+    "python submit.py": "test_accuracy",
+    "python submit.py --profile debug": "test_accuracy",
+    "torchrun --standalone --nproc_per_node=2 -m trainer --job digits": "test_accuracy",
+    "python submit.py --profile my-profile.yaml --job my-job.yaml --dry-run": "Dry run: nothing was submitted.",
+    "python submit.py --profile my-profile.yaml --job my-job.yaml --set job.epochs=1 --json": '"run_dir"',
+    "python submit.py list-profiles": "dev-cluster",
+    "python submit.py show --job digits": "digits.yaml",
+    "python submit.py --job tiny.yaml --set job.config.lr=0.05": "accuracy",
+    "python submit.py list": "digits",
+}
+# Commands for the dev cluster (shared, already up): submitted, then cancelled so nothing stays queued.
+DEV_CLUSTER = {
+    "python submit.py --profile dev-cluster --job digits-lr-sweep": "digits-lr-sweep",
+}
+
+
+def blocks(language: str) -> list[str]:
+    return re.findall(rf"^```{language}\n(.*?)^```", README, flags=re.S | re.M)
+
+
+def commands() -> list[str]:
+    found = []
+    for block in blocks("bash"):
+        for line in block.splitlines():
+            # A trailing `  # comment` explains the command to the reader; bash would drop it too.
+            command = re.sub(r"\s+#.*$", "", line).strip()
+            if command and not command.startswith("#"):
+                # `a && b` is two commands: each is run, or listed, on its own.
+                found.extend(part.strip() for part in command.split(" && "))
+    return found
+
+
+@pytest.fixture(scope="module")
+def copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tracked files of the checkout, plus the README's files named by their first comment line."""
+    dest = tmp_path_factory.mktemp("readme") / "project"
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, check=True, capture_output=True).stdout
+    for name in files.decode().split("\0"):
+        if name and (ROOT / name).is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, dest / name)
+    if (ROOT / ".dev-cluster").exists():  # dev-cluster.yaml finds slurm.conf through ../.dev-cluster
+        (dest / ".dev-cluster").symlink_to((ROOT / ".dev-cluster").resolve())
+    for block in blocks("yaml"):
+        first = block.splitlines()[0]
+        match = re.fullmatch(r"# (\S+\.yaml)", first)
+        if match and "/" not in match.group(1):
+            (dest / match.group(1)).write_text(block)
+    return dest
+
+
+def run(command: str, cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(cwd)}
+    env.pop("DDP_SUBMIT_CONFIG_DIR", None)
+    # The user folder must not change what a name resolves to.
+    env["XDG_CONFIG_HOME"] = str(cwd / ".config")
+    # `python` and `torchrun` as a user types them: this interpreter's.
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return subprocess.run(["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_every_readme_command_is_run_or_listed_with_a_reason() -> None:
+    listed = {**NOT_RUN, **LOCAL, **DEV_CLUSTER}
+    assert [c for c in commands() if c not in listed] == []
+    assert [c for c in listed if c not in commands()] == []
+
+
+def test_the_pip_line_is_the_one_run_all_installs() -> None:
+    readme_pip = next(c for c in commands() if c.startswith("pip install")).split()
+    run_all = next(line for line in (ROOT / "tests/run_all.sh").read_text().splitlines()
+                   if " pip install " in line).split()
+    pins = lambda words: [w for w in words if "==" in w]  # noqa: E731
+    assert pins(readme_pip) == pins(run_all) != []
+    # The README installs the project itself; run_all.sh adds the test extra.
+    assert "." in readme_pip[readme_pip.index("-e") + 1:][:1] and "'.[test]'" in run_all
+
+
+@pytest.mark.parametrize("command", list(LOCAL))
+def test_a_local_readme_command_runs(command: str, copy: Path) -> None:
+    done = run(command, copy)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert LOCAL[command] in done.stdout + done.stderr
+
+
+@pytest.mark.slurm
+@pytest.mark.parametrize("command", list(DEV_CLUSTER))
+def test_a_dev_cluster_readme_command_runs(command: str, copy: Path, slurm_cluster: Path) -> None:
+    done = run(command, copy)
+    try:
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        assert DEV_CLUSTER[command] in done.stdout
+    finally:
+        # Whatever it queued is cancelled: the cluster is shared.
+        for run_dir in (copy / "runs").glob("*digits-lr-sweep*"):
+            run(f"python submit.py cancel {shlex.quote(str(run_dir))}", copy)
+
+
+def test_every_python_block_is_an_excerpt_of_a_file_the_tests_run() -> None:
+    """A README python block names its file on the first line; each line of it (`...` aside) is in it."""
+    for block in blocks("python"):
+        first, *body = block.splitlines()
+        match = re.fullmatch(r"# (\S+\.py) \(abridged\)", first)
+        assert match, f"a python block without its source file: {first!r}"
+        source = ROOT / match.group(1)
+        lines = {line.strip() for line in source.read_text().splitlines()}
+        missing = [line for line in body if line.strip() not in ("", "...") and line.strip() not in lines]
+        assert missing == [], f"{source}: {missing}"
+        # The file is one the commands above run: tiny.yaml's entrypoint names its module.
+        module = match.group(1).removesuffix(".py").replace("/", ".")
+        assert any(f'entrypoint: "{module}:' in yaml for yaml in blocks("yaml")), module
+
+
+def test_every_link_to_a_page_of_the_checkout_finds_it() -> None:
+    """The README sends readers to docs/: a renamed page must not leave a dead link."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    dead = []
+    for page in pages:
+        for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", page.read_text()):
+            if not (page.parent / target).exists():
+                dead.append(f"{page.relative_to(ROOT)}: {target}")
+    assert dead == []
+    assert re.findall(r"\]\((docs/[^)#]+)", README), "the README links to no docs/ page"
