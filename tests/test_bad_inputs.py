@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -150,7 +151,16 @@ MORE_CASES = [
     ("--set a mapping value for env", {}, ["--set", "profile.env.A=[1, 2]"],
      ["--set profile.env.A=[1, 2]", "single scalar"]),
     ("--set an undefined alias", {}, ["--set", "job.lr=*a"], ["--set job.lr=*a", "not a valid YAML scalar"]),
-    ("--set a document marker", {}, ["--set", "job.lr=---"], ["'lr'", "None", "a number"]),
+    # -- --set values YAML would not read as written: refused with the reason where the key is not text --
+    ("--set a document marker", {}, ["--set", "job.lr=---"], ["--set job.lr=---", "'---' starts a YAML document"]),
+    ("--set a comment YAML would drop", {}, ["--set", "job.lr=0.1 # warmup"],
+     ["--set job.lr=0.1 # warmup", "'# warmup' is a YAML comment", "which YAML drops", "quote it",
+      "--set \"job.lr='0.1 # warmup'\""]),
+    ("--set only a comment", {}, ["--set", "job.config.note=#3"], ["--set job.config.note=#3", "'#3' is a YAML comment"]),
+    ("--set a tag YAML would drop", {}, ["--set", "job.epochs=!!str 3"], ["--set job.epochs=!!str 3", "YAML tag"]),
+    ("--set an anchor YAML would drop", {}, ["--set", "job.seed=&s 3"], ["--set job.seed=&s 3", "'&s' is a YAML anchor"]),
+    ("--set a block scalar", {}, ["--set", "profile.setup=|"], ["--set profile.setup=|", "block scalar"]),
+    ("--set a list after a comment", {}, ["--set", "profile.setup=[echo a] # b"], ["'# b' is a YAML comment"]),
     ("--set a nested key onto a scalar from the file", {}, ["--set", "job.epochs.x=1"], ["'epochs'", "an integer"]),
     # -- sbatch_extra keys that contradict what the profile models --
     ("sbatch_extra nodes", {}, ["--profile", "dev-cluster", "--set", "profile.sbatch_extra.nodes=3"],
@@ -401,3 +411,13 @@ def test_help_does_not_import_the_users_module(tmp_path: Path) -> None:
     write(tmp_path / "u.yaml", 'entrypoint: "loud:main"\n')
     proc = run_submit(["--job", "u.yaml", "--help"], cwd=tmp_path, timeout=60)
     assert proc.returncode == 0 and "imported" not in proc.stdout + proc.stderr
+
+
+def test_a_set_value_with_a_hash_is_taken_literally_where_the_key_holds_text(tmp_path: Path) -> None:
+    """`#` would start a YAML comment: an env value keeps it, and the dry run shows exactly what was set."""
+    proc = run_submit(["--set", "profile.env.NOTE=run #3", "--set", "profile.env.TAG=&a x", "--dry-run", "--json"],
+                      cwd=tmp_path, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    shown = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert shown["profile"]["env"]["NOTE"] == "run #3" and shown["profile"]["env"]["TAG"] == "&a x"
+    assert not (tmp_path / "runs").exists()

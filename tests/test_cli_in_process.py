@@ -329,6 +329,22 @@ def test_a_bad_set_is_refused_in_words_that_name_it(capsys: pytest.CaptureFixtur
     assert line.startswith("error: ") and message in line, line
 
 
+def test_set_values_yaml_would_not_read_as_written_are_text_where_the_key_holds_text(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # A comment, an anchor, a tag, a block marker, KEY: VALUE, lines: kept as typed in an entry of a mapping of
+    # strings; quoted text is still read as YAML reads it, and a plain '#' inside a word was never a comment.
+    sets = {"profile.env.NOTE": "run #3", "profile.env.ONLY": "#3", "profile.env.ANCHOR": "&a x",
+            "profile.env.TAG": "!!str 5", "profile.env.BAR": "|", "profile.env.MAP": "a: b",
+            "profile.env.QUOTED": "'it''s #1'", "profile.env.WORD": "run#3", "profile.sbatch_extra.comment": "x #y",
+            "job.extra.k": "v # w", "job.name": "run #3"}
+    shown = dry_run(["--profile", "slurm-cpu", *[a for k, v in sets.items() for a in ("--set", f"{k}={v}")]], capsys)
+    assert shown["profile"]["env"] == {"NOTE": "run #3", "ONLY": "#3", "ANCHOR": "&a x", "TAG": "!!str 5", "BAR": "|",
+                                       "MAP": "a: b", "QUOTED": "it's #1", "WORD": "run#3"}
+    assert shown["profile"]["sbatch_extra"] == {"comment": "x #y"} and shown["job"]["extra"] == {"k": "v # w"}
+    assert shown["job"]["name"] == "run #3"
+    assert "export NOTE='run #3'" in script_lines(shown) or "export NOTE=\"run #3\"" in script_lines(shown)
+
+
 def test_set_values_are_read_as_files_read_them(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # Lists and mappings where a key holds them; '=' inside a value is part of the value.
     shown = dry_run(["--profile", "slurm-cpu", "--set", 'profile.setup=["echo hi"]', "--set", "profile.env={A: 1}",
