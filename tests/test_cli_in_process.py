@@ -314,8 +314,10 @@ SET_ERRORS = [
     (["--set", "job.epochs=0", "--set", "job.lr=0.1"], "jobs/digits.yaml with --set job.epochs job.lr: key 'epochs' "
      "has invalid value 0; expected an integer > 0"),
     (["--set", "job.epochs=0"], "jobs/digits.yaml with --set job.epochs: key 'epochs' has invalid value 0"),
-    (["--set", "profile.time_min=0"], "cluster_profiles/local.yaml with --set profile.time: key 'time' has invalid "
-     "value 0;"),
+    # A former name is refused as written (not as the `--set profile.time` it reads as).
+    (["--set", "profile.time_min=0"], "--set: key 'profile.time_min' has invalid value 0; expected a SLURM time limit"),
+    (["--set", "profile.mem_per_task_gb=0"], "--set: key 'profile.mem_per_task_gb' has invalid value 0; expected a "
+     "number of GB > 0 (read as mem_per_task: '0G', which expects memory > 0"),
 ]
 
 
