@@ -399,6 +399,11 @@ USER_CODE_CASES = [
      ["u.yaml: key 'script'", "nothere/train.py", "no such file"]),
     ("both entrypoint and script", {"u.yaml": TINY + "script: train.py\n"}, ["--job", "{u.yaml}"],
      ["u.yaml", "'script'", "'entrypoint'"]),
+    ("config on the built-in recipe", {}, ["--set", "job.config.lr=0.1"],
+     ["jobs/digits.yaml with --set job.config.lr: key 'config' has invalid value {'lr': 0.1}",
+      "empty without an 'entrypoint'", "--set job.lr=0.1"]),
+    ("args beside an entrypoint", {"u.yaml": TINY + "args: [--epochs, '3']\n"}, ["--job", "{u.yaml}"],
+     ["u.yaml: key 'args' has invalid value ['--epochs', '3']", "empty without a 'script'", "config:"]),
     ("entrypoint with a debug profile too", {"u.yaml": 'entrypoint: "tests.userpkg.tiny:missing"\n'},
      ["--profile", "debug", "--job", "{u.yaml}"], ["u.yaml: key 'entrypoint'", "has no function 'missing'"]),
 ]
