@@ -323,7 +323,7 @@ SET_ERRORS = [
     # A former name is refused as written (not as the `--set profile.time` it reads as).
     (["--set", "profile.time_min=0"], "--set: key 'profile.time_min' has invalid value 0; expected a SLURM time limit"),
     (["--set", "profile.mem_per_task_gb=0"], "--set: key 'profile.mem_per_task_gb' has invalid value 0; expected a "
-     "number of GB > 0 (read as mem_per_task: '0G', which expects memory > 0"),
+     "number of GB that makes a valid mem_per_task (mem_per_task: '0G' is refused: expected memory > 0"),
 ]
 
 

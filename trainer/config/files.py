@@ -89,9 +89,9 @@ def renamed(kind: FileKind, data: Mapping[str, Any], source: str, scope: str = "
         # not `mem_per_task: '-5G'`) and the file or `--set` that wrote them is known.
         problem = field_problem(kind.schema, old.new, value)
         if problem is not None:
-            reads_as = f" (read as {old.new}: {value!r}, which expects {problem})" if old.unit else ""
-            raise bad_value_error(source, f"{scope}{old.old}", written,
-                                  f"a number of {old.unit}B > 0{reads_as}" if old.unit else problem)
+            raise bad_value_error(source, f"{scope}{old.old}", written, problem if not old.unit else
+                                  f"a number of {old.unit}B that makes a valid {old.new} ({old.new}: {value!r} is "
+                                  f"refused: expected {problem})")
         out[old.new] = value
     return out
 
