@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -86,14 +87,15 @@ MORE_CASES = [
     ("label_smoothing .nan", {}, ["--set", "job.label_smoothing=.nan"], ["'label_smoothing'", "a finite number"]),
     ("warmup_fraction -.inf", {}, ["--set", "job.warmup_fraction=-.inf"], ["'warmup_fraction'", "finite"]),
     ("stop_at_accuracy .nan", {}, ["--set", "job.stop_at_accuracy=.nan"], ["'stop_at_accuracy'", "finite"]),
-    ("memory .inf", {}, ["--set", "profile.mem_per_task_gb=.inf"], ["'mem_per_task'", "a finite number"]),
+    ("memory .inf", {}, ["--set", "profile.mem_per_task_gb=.inf"], ["--set: key 'profile.mem_per_task_gb'",
+                                                                    "a finite number"]),
     ("memory .nan on SLURM", {}, ["--profile", "dev-cluster", "--set", "profile.mem_per_task_gb=.nan"],
-     ["'mem_per_task'", "nan", "a finite number"]),
-    ("memory beyond SLURM", {}, ["--set", "profile.mem_per_task_gb=1e12"], ["'mem_per_task'", "at most"]),
+     ["--set: key 'profile.mem_per_task_gb'", "nan", "a finite number"]),
+    ("memory beyond SLURM", {}, ["--set", "profile.mem_per_task_gb=1e12"], ["'profile.mem_per_task_gb'", "at most"]),
     ("lr .inf in a job file", {"j.yaml": "extends: digits\nlr: .inf\n"}, ["--job", "{j.yaml}"],
      ["j.yaml", "'lr'", "a finite number"]),
     ("memory .nan in a profile file", {"p.yaml": "extends: local\nmem_per_task_gb: .nan\n"},
-     ["--profile", "{p.yaml}"], ["p.yaml", "'mem_per_task'", "a finite number"]),
+     ["--profile", "{p.yaml}"], ["p.yaml: key 'mem_per_task_gb' has invalid value nan", "a finite number"]),
     ("sweep grid point .inf", {"s.yaml": SWEEP + "  grid: {lr: [0.1, .inf]}\n"}, ["--job", "{s.yaml}"],
      ["sweep task 1", "'lr'", "a finite number"]),
     # -- integers beyond what torch, SLURM or the OS accept --
@@ -119,7 +121,20 @@ MORE_CASES = [
      ["'tasks_per_node'", "65535"]),
     ("nodes beyond 32 bits", {}, ["--profile", "dev-cluster", "--set", "profile.nodes=4294967296"],
      ["'nodes'", "2147483647"]),
-    ("time limit beyond 32 bits", {}, ["--set", "profile.time_min=2147483648"], ["'time'", "2147483647"]),
+    ("time limit beyond 32 bits", {}, ["--set", "profile.time_min=2147483648"],
+     ["--set: key 'profile.time_min' has invalid value 2147483648", "2147483647"]),
+    # -- former key names (time_min, mem_per_task_gb) refused as written: the key, the value, the file or --set --
+    ("former time_min in a profile", {"p.yaml": "extends: local\ntime_min: -5\n"}, ["--profile", "{p.yaml}"],
+     ["p.yaml: key 'time_min' has invalid value -5; expected a SLURM time limit > 0"]),
+    ("former mem_per_task_gb in a profile", {"p.yaml": "extends: local\nmem_per_task_gb: -5\n"},
+     ["--profile", "{p.yaml}"], ["p.yaml: key 'mem_per_task_gb' has invalid value -5; expected a number of GB that makes a valid "
+                                 "mem_per_task", "(mem_per_task: '-5G' is refused: expected memory > 0"]),
+    ("former time_min by --set", {}, ["--set", "profile.time_min=-5"],
+     ["--set: key 'profile.time_min' has invalid value -5; expected a SLURM time limit > 0"]),
+    ("former mem_per_task_gb by --set", {}, ["--set", "profile.mem_per_task_gb=-5"],
+     ["--set: key 'profile.mem_per_task_gb' has invalid value -5; expected a number of GB that makes"]),
+    ("former time_min by --set, refused with another key", {}, ["--set", "profile.time_min=1"],
+     ["with --set profile.time_min: key 'signal_delay_s'"]),
     ("signal delay beyond SLURM", {}, ["--set", "profile.time_min=100000", "--set", "profile.signal_delay_s=65536"],
      ["'signal_delay_s'", "65535"]),
     ("array parallelism beyond 32 bits", {}, ["--set", "profile.array_parallelism=2147483648"],
@@ -150,7 +165,16 @@ MORE_CASES = [
     ("--set a mapping value for env", {}, ["--set", "profile.env.A=[1, 2]"],
      ["--set profile.env.A=[1, 2]", "single scalar"]),
     ("--set an undefined alias", {}, ["--set", "job.lr=*a"], ["--set job.lr=*a", "not a valid YAML scalar"]),
-    ("--set a document marker", {}, ["--set", "job.lr=---"], ["'lr'", "None", "a number"]),
+    # -- --set values YAML would not read as written: refused with the reason where the key is not text --
+    ("--set a document marker", {}, ["--set", "job.lr=---"], ["--set job.lr=---", "'---' starts a YAML document"]),
+    ("--set a comment YAML would drop", {}, ["--set", "job.lr=0.1 # warmup"],
+     ["--set job.lr=0.1 # warmup", "'# warmup' is a YAML comment", "which YAML drops", "quote it",
+      "--set \"job.lr='0.1 # warmup'\""]),
+    ("--set only a comment", {}, ["--set", "job.config.note=#3"], ["--set job.config.note=#3", "'#3' is a YAML comment"]),
+    ("--set a tag YAML would drop", {}, ["--set", "job.epochs=!!str 3"], ["--set job.epochs=!!str 3", "YAML tag"]),
+    ("--set an anchor YAML would drop", {}, ["--set", "job.seed=&s 3"], ["--set job.seed=&s 3", "'&s' is a YAML anchor"]),
+    ("--set a block scalar", {}, ["--set", "profile.setup=|"], ["--set profile.setup=|", "block scalar"]),
+    ("--set a list after a comment", {}, ["--set", "profile.setup=[echo a] # b"], ["'# b' is a YAML comment"]),
     ("--set a nested key onto a scalar from the file", {}, ["--set", "job.epochs.x=1"], ["'epochs'", "an integer"]),
     # -- sbatch_extra keys that contradict what the profile models --
     ("sbatch_extra nodes", {}, ["--profile", "dev-cluster", "--set", "profile.sbatch_extra.nodes=3"],
@@ -375,6 +399,11 @@ USER_CODE_CASES = [
      ["u.yaml: key 'script'", "nothere/train.py", "no such file"]),
     ("both entrypoint and script", {"u.yaml": TINY + "script: train.py\n"}, ["--job", "{u.yaml}"],
      ["u.yaml", "'script'", "'entrypoint'"]),
+    ("config on the built-in recipe", {}, ["--set", "job.config.lr=0.1"],
+     ["jobs/digits.yaml with --set job.config.lr: key 'config' has invalid value {'lr': 0.1}",
+      "empty without an 'entrypoint'", "--set job.lr=0.1"]),
+    ("args beside an entrypoint", {"u.yaml": TINY + "args: [--epochs, '3']\n"}, ["--job", "{u.yaml}"],
+     ["u.yaml: key 'args' has invalid value ['--epochs', '3']", "empty without a 'script'", "config:"]),
     ("entrypoint with a debug profile too", {"u.yaml": 'entrypoint: "tests.userpkg.tiny:missing"\n'},
      ["--profile", "debug", "--job", "{u.yaml}"], ["u.yaml: key 'entrypoint'", "has no function 'missing'"]),
 ]
@@ -401,3 +430,13 @@ def test_help_does_not_import_the_users_module(tmp_path: Path) -> None:
     write(tmp_path / "u.yaml", 'entrypoint: "loud:main"\n')
     proc = run_submit(["--job", "u.yaml", "--help"], cwd=tmp_path, timeout=60)
     assert proc.returncode == 0 and "imported" not in proc.stdout + proc.stderr
+
+
+def test_a_set_value_with_a_hash_is_taken_literally_where_the_key_holds_text(tmp_path: Path) -> None:
+    """`#` would start a YAML comment: an env value keeps it, and the dry run shows exactly what was set."""
+    proc = run_submit(["--set", "profile.env.NOTE=run #3", "--set", "profile.env.TAG=&a x", "--dry-run", "--json"],
+                      cwd=tmp_path, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    shown = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert shown["profile"]["env"]["NOTE"] == "run #3" and shown["profile"]["env"]["TAG"] == "&a x"
+    assert not (tmp_path / "runs").exists()

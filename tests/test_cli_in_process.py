@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from launcher.commands.main import main
+from tests.helpers import ROOT
 from tests.test_bad_inputs import ALL_CASES, write
 
 
@@ -314,8 +315,15 @@ SET_ERRORS = [
     (["--set", "job.epochs=0", "--set", "job.lr=0.1"], "jobs/digits.yaml with --set job.epochs job.lr: key 'epochs' "
      "has invalid value 0; expected an integer > 0"),
     (["--set", "job.epochs=0"], "jobs/digits.yaml with --set job.epochs: key 'epochs' has invalid value 0"),
-    (["--set", "profile.time_min=0"], "cluster_profiles/local.yaml with --set profile.time: key 'time' has invalid "
-     "value 0;"),
+    # Keys nothing would read: config: without an entrypoint, args: without a script.
+    (["--set", "job.config.lr=0.1"], "jobs/digits.yaml with --set job.config.lr: key 'config' has invalid value "
+     "{'lr': 0.1}; expected empty without an 'entrypoint'"),
+    (["--set", "job.args=[--lr, '0.1']"], "key 'args' has invalid value ['--lr', '0.1']; expected empty without a "
+     "'script'"),
+    # A former name is refused as written (not as the `--set profile.time` it reads as).
+    (["--set", "profile.time_min=0"], "--set: key 'profile.time_min' has invalid value 0; expected a SLURM time limit"),
+    (["--set", "profile.mem_per_task_gb=0"], "--set: key 'profile.mem_per_task_gb' has invalid value 0; expected a "
+     "number of GB that makes a valid mem_per_task (mem_per_task: '0G' is refused: expected memory > 0"),
 ]
 
 
@@ -329,9 +337,26 @@ def test_a_bad_set_is_refused_in_words_that_name_it(capsys: pytest.CaptureFixtur
     assert line.startswith("error: ") and message in line, line
 
 
+def test_set_values_yaml_would_not_read_as_written_are_text_where_the_key_holds_text(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # A comment, an anchor, a tag, a block marker, KEY: VALUE, lines: kept as typed in an entry of a mapping of
+    # strings; quoted text is still read as YAML reads it, and a plain '#' inside a word was never a comment.
+    sets = {"profile.env.NOTE": "run #3", "profile.env.ONLY": "#3", "profile.env.ANCHOR": "&a x",
+            "profile.env.TAG": "!!str 5", "profile.env.BAR": "|", "profile.env.MAP": "a: b",
+            "profile.env.QUOTED": "'it''s #1'", "profile.env.WORD": "run#3", "profile.sbatch_extra.comment": "x #y",
+            "job.extra.k": "v # w", "job.name": "run #3"}
+    shown = dry_run(["--profile", "slurm-cpu", *[a for k, v in sets.items() for a in ("--set", f"{k}={v}")]], capsys)
+    assert shown["profile"]["env"] == {"NOTE": "run #3", "ONLY": "#3", "ANCHOR": "&a x", "TAG": "!!str 5", "BAR": "|",
+                                       "MAP": "a: b", "QUOTED": "it's #1", "WORD": "run#3"}
+    assert shown["profile"]["sbatch_extra"] == {"comment": "x #y"} and shown["job"]["extra"] == {"k": "v # w"}
+    assert shown["job"]["name"] == "run #3"
+    assert "export NOTE='run #3'" in script_lines(shown) or "export NOTE=\"run #3\"" in script_lines(shown)
+
+
 def test_set_values_are_read_as_files_read_them(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # Lists and mappings where a key holds them; '=' inside a value is part of the value.
-    shown = dry_run(["--profile", "slurm-cpu", "--set", 'profile.setup=["echo hi"]', "--set", "profile.env={A: 1}",
+    shown = dry_run(["--profile", "slurm-cpu", "--job", str(ROOT / "examples" / "seed-script.yaml"), "--set",
+                     'profile.setup=["echo hi"]', "--set", "profile.env={A: 1}",
                      "--set", "profile.sbatch_extra={comment: x}", "--set", "job.extra={k: 1}", "--set",
                      "job.args=[a, b]", "--set", "job.extra.eq=a=b"], capsys)
     assert shown["profile"]["setup"] == ["echo hi"] and shown["profile"]["env"] == {"A": "1"}

@@ -193,3 +193,40 @@ def test_cancel_names_whole_arrays_only_when_all_their_tasks_are_active() -> Non
 
     assert scancel_ids(["5_0", "5_1", "6_1"], ["5_0", "5_1", "6_0", "6_1", "7"]) == ["5", "6_1"]
     assert scancel_ids(["7"], ["5_0", "7"]) == ["7"]
+
+
+def _made_run(runs: Path, name: str, created: Any) -> Path:
+    """A local run folder as `submit.py` leaves one that never ran; `created` as recorded (... for none)."""
+    run_dir = runs / name
+    run_dir.mkdir(parents=True)
+    record = {"executor": "local", "run_dir": str(run_dir), "world_size": 1, "tasks": 1, "job_ids": [],
+              "job": {"name": name, "target_metric": "test_accuracy", "target_mode": "max", "epochs": 1},
+              "profile": {"name": "local", "executor": "local"}}
+    if created is not ...:
+        record["created"] = created
+    (run_dir / "run.json").write_text(json.dumps(record))
+    return run_dir
+
+
+def test_runs_are_ordered_by_when_they_were_made_not_by_when_run_json_last_changed(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    # Written newest first, so the files' change times say the opposite of the recorded creation.
+    newest = _made_run(runs, "a-newest", 1_767_000_300.0)
+    _made_run(runs, "z-middle", 1_767_000_200)
+    # No `created` (a record from before it was kept): the name's stamp, 2025, older than all the others.
+    _made_run(runs, "20250101-000000-digits-local", ...)
+    oldest = _made_run(runs, "b-oldest", 1_767_000_100.0)
+    _made_run(runs, "m-bad-created", "yesterday")  # of the wrong type: listed as unreadable, last
+    # `status` of the oldest rewrites its run.json: it must not become "the newest run" for that.
+    assert status_json(str(oldest), tmp_path)[0]["task_dir"] == str(oldest.resolve())
+    (runs / "z-middle" / "run.json").touch()
+    latest = run_submit(["status", "--json"], tmp_path, timeout=60)  # no run named: the newest
+    assert latest.returncode == 0, latest.stderr
+    assert json.loads(latest.stdout.splitlines()[0])["task_dir"] == str(newest.resolve())
+    listed = run_submit(["list", "--json"], tmp_path, timeout=60)
+    assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
+    rows = [json.loads(line) for line in listed.stdout.splitlines() if line.strip()]
+    assert [row["run"] for row in rows] == ["a-newest", "z-middle", "b-oldest", "20250101-000000-digits-local",
+                                            "m-bad-created"]
+    assert rows[-1]["state"].startswith("unreadable (") and "'created'" in rows[-1]["state"], rows[-1]
+    assert "yesterday" in rows[-1]["state"] and "expected a JSON number" in rows[-1]["state"]

@@ -9,6 +9,7 @@ naming the file, so `status`, `logs`, `cancel` and `--resume` answer with one li
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from dataclasses import dataclass
@@ -191,26 +192,45 @@ class RunInfo:
         return [[ids[t]] if t < len(ids) else [] for t in range(self.num_tasks)]
 
 
-_SHAPE = {"executor": str, "tasks": int, "job_ids": list, "profile": dict, "job": dict}
+_SHAPE = {"executor": str, "tasks": int, "job_ids": list, "profile": dict, "job": dict, "created": float}
 
 
 def load_run(run_dir: Path) -> RunInfo:
     record = read_record(run_dir)
     for key, kind in _SHAPE.items():
-        if key in record and not isinstance(record[key], kind):
+        if key in record and not _is(record[key], kind):
             raise ConfigError(f"{run_dir / RUN_FILE}: key '{key}' has invalid value {record[key]!r}; expected "
-                              f"a JSON {kind.__name__}")
+                              f"a JSON {'number' if kind is float else kind.__name__}")
     return RunInfo(run_dir, record)
+
+
+def _is(value: Any, kind: type) -> bool:
+    if kind is float:  # a JSON number: 1767000000 or 1767000000.5, not true
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, kind)
 
 
 # ----- finding runs --------------------------------------------------------------------------------
 
 def run_folders(runs_dir: Path) -> list[Path]:
-    """Run folders under `runs_dir`, newest first."""
+    """Run folders under `runs_dir`, newest first: by the creation time their run.json recorded when
+    they were made (never a file's change time: `status` and `cancel` rewrite run.json), then by name."""
     if not runs_dir.is_dir():
         return []
     found = [p.resolve() for p in runs_dir.iterdir() if (p / RUN_FILE).is_file()]
-    return sorted(found, key=lambda p: ((p / RUN_FILE).stat().st_ctime, p.name), reverse=True)
+    return sorted(found, key=lambda p: (created_at(p), p.name), reverse=True)
+
+
+def created_at(run_dir: Path) -> float:
+    """When the run was made: run.json's `created`; for a record without a readable one (broken, or
+    written before it was recorded), the folder name's YYYYMMDD-HHMMSS prefix; else 0 (oldest)."""
+    record = read_optional(run_dir / RUN_FILE) or {}
+    if _is(record.get("created"), float) and math.isfinite(record["created"]):
+        return float(record["created"])
+    try:
+        return time.mktime(time.strptime(run_dir.name[:15], "%Y%m%d-%H%M%S"))
+    except (ValueError, OverflowError):
+        return 0.0
 
 
 def find_run(name: str | None, runs_dir: Path) -> Path:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.config import filepaths, lookup, overrides
-from trainer.config.schema import ConfigError, bad_value_error
+from trainer.config.schema import ConfigError, bad_value_error, field_problem
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ def renamed(kind: FileKind, data: Mapping[str, Any], source: str, scope: str = "
         if old.new in out:
             raise ConfigError(f"{source}: both '{scope}{old.old}' and '{scope}{old.new}' are set; '{old.old}' is the "
                               f"former name of '{old.new}': keep only '{old.new}'")
-        value = out.pop(old.old)
+        written = value = out.pop(old.old)
         if old.unit:
             number = isinstance(value, (int, float)) and not isinstance(value, bool)
             if not (number or value is None):
@@ -85,6 +85,13 @@ def renamed(kind: FileKind, data: Mapping[str, Any], source: str, scope: str = "
                                       f"a number of {old.unit}B (or write {old.new}: 64{old.unit})")
             # A non-finite number is left as it is, for the new key's own check to name.
             value = f"{value}{old.unit}" if number and math.isfinite(value) else value
+        # Checked here, where the key and value are still as the user wrote them (`mem_per_task_gb: -5`,
+        # not `mem_per_task: '-5G'`) and the file or `--set` that wrote them is known.
+        problem = field_problem(kind.schema, old.new, value)
+        if problem is not None:
+            raise bad_value_error(source, f"{scope}{old.old}", written, problem if not old.unit else
+                                  f"a number of {old.unit}B that makes a valid {old.new} ({old.new}: {value!r} is "
+                                  f"refused: expected {problem})")
         out[old.new] = value
     return out
 
@@ -126,7 +133,8 @@ def load(kind: FileKind, name: str, sets: Mapping[str, Any] | None = None) -> Lo
         given = set_values(kind, sets)
         # Merged, not replaced: `--set profile.env.A=1` adds A to the file's env instead of dropping the
         # rest, and `--set job.config.lr=0.1` changes one key of an entrypoint's config.
-        merged, source = deep_merge(merged, given), overrides.described(source, given, kind.kind)
+        # Named as typed (`--set profile.time_min`, not the `time` it reads as).
+        merged, source = deep_merge(merged, given), overrides.described(source, sets, kind.kind)
     return Loaded(merged, source, path)
 
 

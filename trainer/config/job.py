@@ -120,6 +120,12 @@ class JobConfig:
                 f"one of {', '.join(METRICS)} (any metric name with an entrypoint)")
         require(not (self.entrypoint and self.script), "script", self.script,
                 "empty when 'entrypoint' is set (a job runs one or the other)")
+        # Read by nothing otherwise: refused rather than silently ignored.
+        require(not self.config or bool(self.entrypoint), "config", self.config,
+                "empty without an 'entrypoint' (only your function reads config:; the built-in recipe's keys are "
+                "top-level, e.g. --set job.lr=0.1)")
+        require(not self.args or bool(self.script), "args", self.args,
+                "empty without a 'script' (only a script gets command-line args; an entrypoint reads config:)")
         require(self.entrypoint == "" or _is_entrypoint(self.entrypoint), "entrypoint", self.entrypoint,
                 "'package.module:function'")
         require(self.fail_at == "" or _is_step_rank(self.fail_at), "fail_at", self.fail_at,

@@ -1,6 +1,12 @@
 """`--set SCOPE.KEY=VALUE`: overrides as users type them on the command line, read as a file would
 read them (trainer.config.yamlio), checked against the dataclass of their scope, and named in
 errors as written (`--set job.config.lr`). Merged on top of a file by trainer.config.files.load.
+
+A value YAML would not read as written (yamlio.not_as_written: a ` #` comment it would drop, an
+anchor `&a`, a tag `!x`, a block scalar `|`, a `---`, a `KEY: VALUE` that makes a mapping) never
+changes silently: a string field (`job.name`) or one entry of a mapping of strings (`profile.env.NOTE`,
+`profile.sbatch_extra.comment`, `job.extra.k`) takes the text literally (`run #3`); any other key
+refuses it in one line that says what YAML would do and how to quote it.
 """
 
 from __future__ import annotations
@@ -13,6 +19,12 @@ from trainer.config.schema import ConfigError, field_names, type_hints, unknown_
 
 def _string_fields(cls: type) -> set[str]:
     return {name for name, tp in type_hints(cls).items() if tp is str}
+
+
+def _holds_text(cls: type, name: str) -> bool:
+    """`name` is one entry of a mapping of strings (`env.NOTE`): its value is text, whatever YAML says."""
+    head, dot, rest = name.partition(".")
+    return bool(dot) and "." not in rest and type_hints(cls).get(head) == dict[str, str]
 
 
 def parse(items: list[str], scopes: dict[str, type]) -> dict[str, dict[str, Any]]:
@@ -36,6 +48,14 @@ def parse(items: list[str], scopes: dict[str, type]) -> dict[str, dict[str, Any]
         if name in strings[scope]:
             _set_dotted(out[scope], name, raw, item)
             continue
+        reason = yamlio.not_as_written(raw)
+        if reason and _holds_text(scopes[scope], name):
+            _set_dotted(out[scope], name, raw, item)
+            continue
+        if reason:
+            quoted = "'" + raw.replace("'", "''") + "'"
+            raise ConfigError(f"--set {item}: YAML would not read the value {raw!r} as written: {reason}; write it "
+                              f"without that, or quote it to keep it as text (--set \"{key}={quoted}\")")
         try:
             value = yamlio.scalar(raw)
         except yamlio.YamlError as err:

@@ -48,7 +48,23 @@ def unknown_key_error(source: str, key: str, valid: list[str]) -> ConfigError:
 
 
 def bad_value_error(source: str, key: str, value: Any, expected: str) -> ConfigError:
-    return ConfigError(f"{source}: key '{key}' has invalid value {value!r}; expected {expected}")
+    err = ConfigError(f"{source}: key '{key}' has invalid value {value!r}; expected {expected}")
+    err.expected = expected  # type: ignore[attr-defined]  # (field_problem reads it)
+    return err
+
+
+def field_problem(cls: type, key: str, value: Any) -> str | None:
+    """What field `key` of `cls` expects, when `value` is refused by the field on its own (its type or
+    its own checks, the other fields at their defaults); None when the field takes it. For a value
+    under a former key name, checked where the user's spelling is still known (trainer.config.files)."""
+    try:
+        cls(**{key: _coerce(value, type_hints(cls)[key], "", key)})
+    except FieldError as err:
+        return err.expected if err.key == key else None  # another field's check: the whole profile's
+    except ConfigError as err:
+        inner = err.args[0] if err.args and isinstance(err.args[0], ConfigError) else err  # an _OutOfRange
+        return str(getattr(inner, "expected", inner))
+    return None
 
 
 def build(cls: type[T], data: Mapping[str, Any], source: str, prefix: str = "") -> T:

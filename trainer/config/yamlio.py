@@ -168,6 +168,43 @@ def load_bytes(raw: bytes) -> Any:
     return loads(text)
 
 
+def not_as_written(text: str) -> str | None:
+    """Why YAML would not read `text` (a `--set` value) as it is written, in words: part of it dropped (a
+    comment), or read as YAML syntax (an anchor, a tag, a block scalar, a document marker, a block
+    mapping or list); None when it reads as written (a plain or quoted scalar, a flow [list] or
+    {mapping}) or is not valid YAML at all (`scalar` names that error)."""
+    stripped = text.strip()
+    try:
+        events = list(yaml.parse(text, Loader=_Loader)) if stripped else []
+    except yaml.YAMLError:
+        return None
+    if any(isinstance(e, yaml.DocumentStartEvent) and e.explicit for e in events):
+        return "'---' starts a YAML document"
+    body = [e for e in events if isinstance(e, (yaml.NodeEvent, yaml.CollectionEndEvent))]
+    if stripped and not body:
+        return f"{stripped!r} is a YAML comment (a '#' first or after a space), which YAML drops"
+    for event in body:
+        if getattr(event, "anchor", None) and not isinstance(event, yaml.AliasEvent):
+            return f"'&{event.anchor}' is a YAML anchor, which YAML drops"
+        if getattr(event, "tag", None):
+            return "a '!' there starts a YAML tag, which YAML drops"
+        if isinstance(event, yaml.ScalarEvent) and event.style in ("|", ">"):
+            return f"'{event.style}' starts a YAML block scalar"
+    if not body:
+        return None
+    first, last = body[0], body[-1]
+    if isinstance(first, yaml.CollectionStartEvent) and not first.flow_style:
+        return "'KEY: VALUE' or '- ITEM' makes it a YAML mapping or list"
+    rest = text[last.end_mark.index:].strip()
+    if rest.startswith("#"):
+        return f"{rest!r} is a YAML comment (a '#' first or after a space), which YAML drops"
+    if rest:
+        return f"YAML stops reading before {rest!r}"
+    if isinstance(first, yaml.ScalarEvent) and first.style is None and first.value != stripped:
+        return "YAML joins its lines into one"
+    return None
+
+
 def scalar(text: str) -> Any:
     """A `--set` value: the scalar the same text would be in a file (`1e-3` a number, `1:30:00` a string)."""
     value = loads(text) if text.strip() else ""
