@@ -152,3 +152,20 @@ def test_a_script_dies_with_its_task_on_two_dev_cluster_nodes(slurm_cluster: Pat
                           capture_output=True, timeout=400, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     wait_until(lambda: not run_processes(str(script)), 10, "no process of the run left")
+
+
+def test_a_script_rank_gets_no_more_threads_than_its_task_may_use(tmp_path: Path) -> None:
+    """The thread cap of a function rank holds for a script rank too (trainer.distributed.threads): a
+    profile asking for 64 CPUs per task on this machine gives each script the CPUs its task may run
+    on, in OMP_NUM_THREADS, MKL_NUM_THREADS and OPENBLAS_NUM_THREADS, and in the result's `threads`."""
+    usable = len(os.sched_getaffinity(0))
+    (tmp_path / "threads.py").write_text(
+        "import json, os\nprint(json.dumps({k: int(os.environ[k]) for k in "
+        "('OMP_NUM_THREADS', 'MKL_NUM_THREADS', 'OPENBLAS_NUM_THREADS')}))\n")
+    (tmp_path / "threads.yaml").write_text("script: threads.py\n")
+    proc = run_submit(["--job", "threads.yaml", "--set", "profile.cpus_per_task=64", "--json"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = last_json(proc.stdout)
+    assert usable < 64
+    assert [result["OMP_NUM_THREADS"], result["MKL_NUM_THREADS"], result["OPENBLAS_NUM_THREADS"]] == [usable] * 3
+    assert result["threads"] == usable
