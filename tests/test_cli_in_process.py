@@ -229,7 +229,8 @@ def test_the_dry_run_shows_the_run_folder_and_what_each_executor_is_given(
     assert run_dir.parent == tmp_path / "runs" and shown["log_dir"] == str(run_dir / "logs")
     assert shown["settings"] == {"run_dir": str(run_dir), "data_dir": str(tmp_path / "elsewhere"), "use_gpus": False,
                                  "threads": 1, "checkpoint_every_steps": 7, "init_timeout_s": 180,
-                                 "collective_timeout_s": 90, "stop_signal": "USR1", "progress_bar": True}
+                                 "collective_timeout_s": 90, "stop_signal": "USR1", "progress_bar": True,
+                                 "max_restarts": 3}
     assert shown["executor_parameters"] == {"timeout_min": 60, "tasks_per_node": 2, "nodes": 1, "gpus_per_node": 0,
                                             "signal_delay_s": 120}
     assert shown["sweep_overrides"] is None
