@@ -74,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
         return load(RESUME if args.resume else PREVIEW if args.dry_run else SUBMIT)(args, argv)
     except ConfigError as err:
         print(error_line(err), file=sys.stderr)
+        if getattr(err, "details", ""):  # the user's own traceback frames (trainer.runners.entrypoints)
+            print(err.details, file=sys.stderr)  # type: ignore[attr-defined]
         return EXIT_BAD_INPUT
     except PartiallySubmitted as err:
         print(error_line(err), file=sys.stderr)

@@ -6,9 +6,17 @@ installed packages, PYTHONPATH), then the current directory, then the folder of 
 module or function, or a `config:` key the function's config dataclass does not accept, is a
 ConfigError: exit 2, nothing queued) and on every rank (`call`).
 
-The function is called as `fn(ctx)` or `fn(ctx, config)`. When its config parameter is annotated
-with a dataclass, `config:` is validated against it (the same one-line errors as job files) and the
-function receives the dataclass; otherwise it receives the mapping.
+Errors from the user's own code are the user's (issue 19): a module that raises, has a syntax error,
+imports a missing package or calls sys.exit() while being imported, and a config dataclass whose
+`__post_init__` raises, are each one ConfigError line naming the job file and the module or key, with
+`details`: the user's own traceback frames (none of this project's or importlib's), which the command
+line prints after the line. A traceback through the submitter would say the submitter failed.
+
+The function is called as `fn(ctx, config)` when its signature takes two positional arguments
+(`(ctx, config)`, `(*args, **kwargs)`, `(ctx, config=None)`), else as `fn(ctx)` (`(ctx)`,
+`(ctx, *rest)`). When its config parameter is annotated with a dataclass, `config:` is validated
+against it (the same one-line errors as job files) and the function receives the dataclass;
+otherwise it receives the mapping.
 
 No torch at import time: the submitter imports this to check a job (importing the user's module
 may import torch itself: that is the check's cost).
@@ -21,11 +29,42 @@ import importlib
 import inspect
 import os
 import sys
+import traceback
 import typing
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from trainer.config.schema import ConfigError, build
+
+
+# Frames from these are the submitter's, not the user's: left out of what a user error shows.
+_OURS = tuple(str(Path(__file__).resolve().parents[2] / wing) + os.sep for wing in ("trainer", "launcher"))
+_IMPORTLIB = os.path.dirname(importlib.__file__) + os.sep
+
+
+def _theirs(filename: str) -> bool:
+    if filename.startswith("<"):  # "<frozen importlib._bootstrap>", a dataclass's generated "<string>" __init__
+        return not (filename.startswith("<frozen importlib") or filename == "<string>")
+    path = os.path.abspath(filename)
+    return not (path.startswith(_OURS) or path.startswith(_IMPORTLIB))
+
+
+def _drop_our_frames(te: traceback.TracebackException) -> None:
+    seen: set[int] = set()
+    while te is not None and id(te) not in seen:  # the exception, then what it was raised from or during
+        seen.add(id(te))
+        te.stack = traceback.StackSummary.from_list([f for f in te.stack if _theirs(f.filename)])
+        te = te.__cause__ or te.__context__  # type: ignore[assignment]
+
+
+def user_error(message: str, err: BaseException) -> ConfigError:
+    """A ConfigError whose `details` are `err`'s traceback through the user's frames only."""
+    te = traceback.TracebackException.from_exception(err)
+    _drop_our_frames(te)
+    error = ConfigError(message)
+    error.details = "".join(te.format()).rstrip("\n")  # type: ignore[attr-defined]  # (launcher.commands.main)
+    return error
 
 
 def _search_path(code_dir: str) -> list[str]:
@@ -46,7 +85,13 @@ def load(spec: str, code_dir: str = "", source: str = "job") -> Callable[..., An
                                                                               if code_dir else []))
             raise ConfigError(f"{source}: key 'entrypoint' has invalid value {spec!r}; no module named "
                               f"'{err.name}' (looked in {where})") from None
-        raise  # the user's module exists but imports something missing: their traceback says what
+        raise _import_failed(spec, module_name, source, err) from None  # their module imports something missing
+    except SystemExit as err:
+        code = "" if err.code is None else repr(err.code)
+        raise user_error(f"{source}: key 'entrypoint' has invalid value {spec!r}; module '{module_name}' called "
+                         f"sys.exit({code}) while being imported", err) from None
+    except Exception as err:  # noqa: BLE001 - anything the user's module raises at import is theirs
+        raise _import_failed(spec, module_name, source, err) from None
     function = getattr(module, function_name, None)
     if not callable(function):
         names = sorted(n for n, v in vars(module).items() if inspect.isfunction(v) and not n.startswith("_")
@@ -56,10 +101,17 @@ def load(spec: str, code_dir: str = "", source: str = "job") -> Callable[..., An
     return function
 
 
+def _import_failed(spec: str, module_name: str, source: str, err: Exception) -> ConfigError:
+    # str(SyntaxError) carries its file and line: "'(' was never closed (train.py, line 2)".
+    return user_error(f"{source}: key 'entrypoint' has invalid value {spec!r}; importing module '{module_name}' "
+                      f"failed: {type(err).__name__}: {err}", err)
+
+
 def config_class(function: Callable[..., Any]) -> type | None:
     """The dataclass the function's second parameter is annotated with, if any."""
     params = list(inspect.signature(function).parameters.values())
-    if len(params) < 2:
+    if len(params) < 2 or params[1].kind not in (inspect.Parameter.POSITIONAL_ONLY,
+                                                 inspect.Parameter.POSITIONAL_OR_KEYWORD):
         return None
     try:
         hints = typing.get_type_hints(function)
@@ -70,12 +122,18 @@ def config_class(function: Callable[..., Any]) -> type | None:
 
 
 def arity(function: Callable[..., Any], spec: str, source: str) -> int:
-    params = [p for p in inspect.signature(function).parameters.values()
+    """2 when the function can be called as fn(ctx, config), else 1 when as fn(ctx), else a ConfigError."""
+    signature = inspect.signature(function)
+    for count in (2, 1):
+        try:
+            signature.bind(*([None] * count))
+            return count
+        except TypeError:
+            pass
+    params = [p for p in signature.parameters.values()
               if p.default is inspect.Parameter.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    if len(params) not in (1, 2):
-        raise ConfigError(f"{source}: key 'entrypoint' has invalid value {spec!r}; the function must take "
-                          f"(ctx) or (ctx, config), it takes ({', '.join(p.name for p in params)})")
-    return len(params)
+    raise ConfigError(f"{source}: key 'entrypoint' has invalid value {spec!r}; the function must take "
+                      f"(ctx) or (ctx, config), it takes ({', '.join(p.name for p in params)})")
 
 
 def prepare(spec: str, config: dict[str, Any], code_dir: str, source: str) -> tuple[Callable[..., Any], int, Any]:
@@ -83,7 +141,15 @@ def prepare(spec: str, config: dict[str, Any], code_dir: str, source: str) -> tu
     function = load(spec, code_dir, source)
     count = arity(function, spec, source)
     cls = config_class(function)
-    value = build(cls, config, source, prefix="config.") if cls is not None else dict(config)
+    if cls is None:
+        return function, count, dict(config)
+    try:
+        value = build(cls, config, source, prefix="config.")
+    except ConfigError:
+        raise
+    except Exception as err:  # noqa: BLE001 - the dataclass's own __post_init__ refused: the user's message
+        raise user_error(f"{source}: key 'config' has invalid value {dict(config)!r}; {cls.__name__} rejected "
+                         f"it: {type(err).__name__}: {err}", err) from None
     return function, count, value
 
 
