@@ -6,7 +6,7 @@ installed packages, PYTHONPATH), then the current directory, then the folder of 
 module or function, or a `config:` key the function's config dataclass does not accept, is a
 ConfigError: exit 2, nothing queued) and on every rank (`call`).
 
-Errors from the user's own code are the user's (issue 19): a module that raises, has a syntax error,
+Errors from the user's own code are the user's: a module that raises, has a syntax error,
 imports a missing package or calls sys.exit() while being imported, and a config dataclass whose
 `__post_init__` raises, are each one ConfigError line naming the job file and the module or key, with
 `details`: the user's own traceback frames (none of this project's or importlib's), which the command
@@ -32,14 +32,14 @@ import sys
 import traceback
 import typing
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
+from trainer.config.lookup import CODE_ROOT
 from trainer.config.schema import ConfigError, build
 
 
 # Frames from these are the submitter's, not the user's: left out of what a user error shows.
-_OURS = tuple(str(Path(__file__).resolve().parents[2] / wing) + os.sep for wing in ("trainer", "launcher"))
+_OURS = tuple(str(CODE_ROOT / wing) + os.sep for wing in ("trainer", "launcher"))
 _IMPORTLIB = os.path.dirname(importlib.__file__) + os.sep
 
 
