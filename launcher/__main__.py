@@ -7,7 +7,9 @@ caller's own interpreter.
 
 import sys
 
-from launcher.commands.main import main
-
 if __name__ == "__main__":
+    # Usage lines name the program as it was started (launcher.commands.console), not "__main__.py".
+    sys.argv[0] = "python -m launcher"
+    from launcher.commands.main import main
+
     sys.exit(main())
