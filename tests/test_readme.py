@@ -40,6 +40,7 @@ LOCAL = {
 # Commands for the dev cluster (shared, already up): submitted, then cancelled so nothing stays queued.
 DEV_CLUSTER = {
     "python submit.py --profile dev-cluster --job digits-lr-sweep": "digits-lr-sweep",
+    "python submit.py probe --profile dev-cluster --job tiny.yaml": "environment: ",
 }
 
 

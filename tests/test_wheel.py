@@ -128,3 +128,29 @@ def test_help_and_every_subcommand_without_torch(venv: Path, empty: Path) -> Non
     for sub in ("status", "logs", "cancel", "list", "probe", "list-profiles", "list-jobs", "show"):
         proc = command(venv, [sub, "--help"], empty)
         assert proc.returncode == 0 and f"usage: ddp-submit {sub}" in proc.stdout, (sub, proc.stderr)
+
+
+def test_python_api_round_trip_from_the_installed_wheel(venv: Path, empty: Path) -> None:
+    """A notebook in a folder outside the project, its module beside it, the wheel's launcher.client:
+    a local run's result, and a bad config's own error line (no submit.py anywhere: `python -m launcher`)."""
+    from tests.test_python_submit import doc_example
+
+    (empty / "mymodel.py").write_text(doc_example()[0])
+    (empty / "tmp").mkdir()
+    notebook = (
+        "import json, launcher.client as c\n"
+        "run = c.submit(entrypoint='mymodel:train', config={'steps': 5})\n"
+        "print(json.dumps({'client': c.__file__, 'result': run.result(timeout=300)}))\n"
+        "try:\n    c.submit(entrypoint='mymodel:train', config={'stepz': 5}).result(timeout=120)\n"
+        "except c.SubmitError as err:\n    print(json.dumps({'refused': str(err)}))\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "DDP_SUBMIT_CONFIG_DIR", "SLURM_CONF")}
+    env["TMPDIR"] = str(empty / "tmp")
+    done = subprocess.run([str(venv / "bin" / "python"), "-c", notebook], cwd=empty, env=env, capture_output=True,
+                          text=True, timeout=400, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    first, second = (json.loads(line) for line in done.stdout.splitlines() if line.startswith("{"))
+    assert first["client"].startswith(str(venv)), first["client"]
+    assert first["result"]["state"] == "COMPLETED" and first["result"]["world_size"] == 2
+    assert Path(first["result"]["run_dir"]).parent == empty / "runs"
+    assert "unknown key 'config.stepz'" in second["refused"] and "<stdin>" in second["refused"]
+    assert [p.name for p in (empty / "tmp").iterdir() if not p.name.startswith("torchinductor_")] == []

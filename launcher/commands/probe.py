@@ -1,32 +1,45 @@
-"""`submit.py probe --profile P`: submit a tiny function (no torch) with exactly the profile's SLURM
-request and print, for every task, its rank, node and the GPUs SLURM gave it.
+"""`submit.py probe --profile P [--job J]`: one tiny job (no training) with exactly the profile's request
+that checks the nodes' interpreter and prints, for every task, its rank, node and the GPUs it was given.
 
-Use it to see what a training job would get before spending a GPU allocation on it: whether the
-scheduler accepts the request, how ranks are spread over nodes, which MASTER_ADDR the ranks agree on,
-and how CUDA_VISIBLE_DEVICES / SLURM_*_GPUS map GPUs to tasks. Exit status as for submitting: 0 ok,
-2 bad input (nothing queued), 1 the probe job failed.
+Run it once per environment: a new profile, a new `python`, `container` or `setup`, or a job that
+imports packages of its own (`--job`). Each task first looks up what the tool needs on a node
+(submitit, torch, yaml, numpy; launcher.envcheck) and, with `--job`, the job's own top-level imports
+(its entrypoint's module or its script, and the built-in recipe's dataset library), in the profile's
+interpreter or container; every package not installed is named in one `error:` line. It also shows
+whether the scheduler accepts the request, how ranks are spread over nodes, which MASTER_ADDR they
+agree on, and how CUDA_VISIBLE_DEVICES / SLURM_*_GPUS map GPUs to tasks. Exit status as for
+submitting: 0 ok, 2 bad input (nothing queued), 1 the probe failed (a package missing on the nodes).
 """
 
 from __future__ import annotations
 
+import ast
+import dataclasses
+import importlib.util
 import json
+import shlex
 import sys
 from pathlib import Path
 
 from launcher.cluster.said import last_line
 from launcher.cluster.slurm import limits
 from launcher.commands.console import EXIT_FAILED, EXIT_OK, ArgumentParser
-from launcher.config.resolve import load_profile, parse_overrides
+from launcher.config.resolve import load_profile, parse_overrides, resolve
 from launcher.request import send
 from launcher.request.submission import Point, build
 from launcher.rundir import layout
 from trainer.config.job import JobConfig
 from trainer.config.schema import ConfigError
 
+# The built-in recipe's datasets and the library each needs on the node (trainer/recipes/data.py).
+DATASET_MODULES = {"digits": "sklearn", "cifar10": "torchvision"}
+OURS = ("trainer", "launcher", "tests", "__future__")
+
 
 def parser() -> ArgumentParser:
     p = ArgumentParser(prog="submit.py probe", description=__doc__.split("\n\n")[0])
     p.add_argument("--profile", required=True, help="cluster profile: NAME in cluster_profiles/ or a path")
+    p.add_argument("--job", help="also check this job's own imports on the nodes (NAME or path)")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="profile.KEY=VALUE",
                    help="override a profile field, e.g. profile.nodes=1")
     p.add_argument("--json", action="store_true", help="end standard output with one JSON object")
@@ -39,11 +52,21 @@ def main(argv: list[str]) -> int:
     if any(not s.startswith("profile.") for s in args.sets):
         raise ConfigError("--set: the probe takes only profile.KEY=VALUE overrides")
     profile, source = load_profile(args.profile, parse_overrides(args.sets)["profile"])
-    if profile.executor != "slurm":
-        raise ConfigError(f"{source}: the probe needs a slurm profile, not executor '{profile.executor}'")
+    if profile.executor not in ("slurm", "local"):
+        raise ConfigError(f"{source}: the probe needs a slurm or local profile, not executor '{profile.executor}' "
+                          f"(the debug executor runs in this process: its interpreter is this one)")
+    modules = job_modules(args.job) if args.job else []
     run_dir = layout.new_run_dir(Path(profile.runs_dir), "probe", profile.name)
     sub = build(profile, [Point(0, JobConfig(name=f"probe-{profile.name}"))], run_dir, is_sweep=False)
-    limits.check(sub.request, profile.max_array_size, source)
+    if sub.request is not None:
+        limits.check(sub.request, profile.max_array_size, source)
+    reports_dir = run_dir / "environment"
+    # The check goes in front of submitit's own start-up, in the same interpreter or container
+    # (launcher.envcheck): it must run where submitit itself may be missing.
+    python = sub.python or shlex.quote(sys.executable)
+    checked = f"{python} -m launcher.envcheck --report {shlex.quote(str(reports_dir))} " + \
+        " ".join(shlex.quote(m) for m in modules) + " --exec"
+    sub = dataclasses.replace(sub, python=checked)
     # The one sending path, with the probe in place of training (the node unpickles it from launcher.node).
     job = send.send_function(sub, probe_task)
     print(f"probe job {job.job_id} on {profile.nodes} node(s) x {profile.tasks_per_node} task(s), "
@@ -51,12 +74,88 @@ def main(argv: list[str]) -> int:
     try:
         reports = [job.task(k).result() for k in range(job.num_tasks)]
     except Exception as err:  # noqa: BLE001 - the job's failure is reported, not raised
-        print(f"error: the probe job {job.job_id} failed: {last_line(str(err))}", file=sys.stderr)
+        print(f"error: {failure(source, reports_dir, job.job_id, err)}", file=sys.stderr)
         return EXIT_FAILED
+    environments = read_reports(reports_dir)
+    for env in environments[:1]:
+        print(f"environment: {env['python']} (Python {env['version']}) has " +
+              ", ".join(f"{n} {v}".rstrip() for n, v in env["versions"].items()), flush=True)
     for r in sorted(reports, key=lambda r: r["rank"]):
         gpus = "  ".join(f"{name}={r[name] if r[name] is not None else '-'}" for name in GPU_VARIABLES)
         print(f"rank {r['rank']}/{r['world_size']}  node {r['node']}  local_rank {r['local_rank']}  "
               f"master {r['master_addr']}:{r['master_port']}  {gpus}", flush=True)
     if args.json:
-        print(json.dumps({"job_id": str(job.job_id), "run_dir": str(run_dir), "tasks": reports}), flush=True)
+        print(json.dumps({"job_id": str(job.job_id), "run_dir": str(run_dir), "tasks": reports,
+                          "environment": environments}), flush=True)
     return EXIT_OK
+
+
+def read_reports(folder: Path) -> list[dict]:
+    found = []
+    for path in sorted(folder.glob("*.json")):
+        try:
+            found.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def failure(source: str, reports_dir: Path, job_id: str, err: Exception) -> str:
+    """One line: every package some task could not import, where; else the job's own last words."""
+    from launcher.envcheck import missing_line
+
+    reports = [r for r in read_reports(reports_dir) if r.get("missing")]
+    if not reports:
+        return f"the probe job {job_id} failed: {last_line(str(err))}"
+    missing: dict[str, str] = {}
+    for r in reports:
+        missing.update(r["missing"])
+    pythons = sorted({r["python"] for r in reports})
+    nodes = sorted({r["node"] for r in reports})
+    return (f"{source}: the tasks' Python {', '.join(pythons)} (on {', '.join(nodes)}) cannot import "
+            f"{missing_line(missing)}; install them there, or point the profile's 'python' or 'container' "
+            f"at an environment that has them")
+
+
+def job_modules(job_name: str) -> list[str]:
+    """The packages a job imports at the top of its own code (not the standard library, not its own
+    folder's modules), and the built-in recipe's dataset library."""
+    resolved = resolve("local", job_name, [])
+    job = resolved.job
+    if not (job.entrypoint or job.script):
+        return [DATASET_MODULES[job.dataset]] if job.dataset in DATASET_MODULES else []
+    base = Path(job.code_dir or Path.cwd())
+    if job.script:
+        path = Path(job.script) if Path(job.script).is_absolute() else base / job.script
+    else:
+        path = _module_file(job.entrypoint.partition(":")[0], [str(Path.cwd()), str(base)])
+    if path is None or not path.is_file():
+        return []  # the check before queueing names a missing entrypoint or script
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return []  # a syntax error is the submitter's own check's to report
+    names: list[str] = []
+    for node in tree.body:  # top level only: imports inside functions may be optional
+        if isinstance(node, ast.Import):
+            names += [a.name.split(".")[0] for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.append(node.module.split(".")[0])
+    # The user's own modules beside the file, the job or the current directory travel with the code.
+    local = {p.stem for folder in (path.parent, base, Path.cwd()) for p in folder.iterdir()}
+    return [n for n in dict.fromkeys(names)
+            if n not in sys.stdlib_module_names and n not in OURS and n not in local]
+
+
+def _module_file(module: str, extra: list[str]) -> Path | None:
+    saved = list(sys.path)
+    sys.path.extend(extra)
+    try:
+        spec = importlib.util.find_spec(module.split(".")[0])
+        if spec is not None and "." in module:
+            spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    finally:
+        sys.path[:] = saved
+    return Path(spec.origin) if spec is not None and spec.origin else None

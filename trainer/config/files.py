@@ -109,7 +109,10 @@ def load(kind: FileKind, name: str, sets: Mapping[str, Any] | None = None) -> Lo
     """The file NAME stands for, merged with the files it `extends:` (recursively: the child wins,
     mappings merge; each file's former names and relative paths are read before the merge), its
     `name` defaulting to the file's, with the `--set` values `sets` (trainer.config.overrides) on top."""
-    path = kind.find(name)
+    # `--job -`: the file is read from standard input (launcher.client passes a generated job this
+    # way, so no file is left behind); it stands in the current directory, so relative paths and
+    # the lookup of your code start there.
+    path = Path.cwd() / STDIN if name == "-" else kind.find(name)
     chain: list[Path] = []
     merged: dict[str, Any] = {}
     current: Path | None = path
@@ -118,7 +121,7 @@ def load(kind: FileKind, name: str, sets: Mapping[str, Any] | None = None) -> Lo
             names = " -> ".join(str(p) for p in chain + [current])
             raise ConfigError(f"{path}: 'extends' forms a cycle: {names}")
         chain.append(current)
-        data = read_yaml(current)
+        data = read_stdin() if current is path and name == "-" else read_yaml(current)
         parent = data.pop("extends", None)
         merged = deep_merge(kind.prepare(data, current.parent, str(current)), merged)
         if parent is None:
@@ -146,15 +149,30 @@ def set_values(kind: FileKind, sets: Mapping[str, Any]) -> dict[str, Any]:
     return given
 
 
-def read_yaml(path: Path) -> dict[str, Any]:
+STDIN = "<stdin>"
+_stdin: list[bytes] = []  # read once: a submission may load the job more than once
+
+
+def read_stdin() -> dict[str, Any]:
+    """The YAML mapping on standard input (`--job -`), read with the same rules as a file."""
+    import sys
+
+    if not _stdin:
+        _stdin.append(sys.stdin.buffer.read())
+    return read_yaml(Path(STDIN), _stdin[0])
+
+
+def read_yaml(path: Path, text: bytes | None = None) -> dict[str, Any]:
     """One YAML mapping read with the project's one loader (trainer.config.yamlio: YAML 1.2 scalars,
     so `1e-3` is a number and `1:30:00` a string); malformed YAML, an empty file or a non-mapping is
     a ConfigError naming the file."""
     from trainer.config import yamlio  # PyYAML: imported here so that `--help` does not pay for it
 
     try:
-        with open(path, "rb") as fh:
-            data = yamlio.load_bytes(fh.read())
+        if text is None:
+            with open(path, "rb") as fh:
+                text = fh.read()
+        data = yamlio.load_bytes(text)
     except FileNotFoundError:
         raise ConfigError(f"{path}: file not found") from None
     except IsADirectoryError:
