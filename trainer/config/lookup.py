@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 from typing import NamedTuple
 
+from trainer.config import values
 from trainer.config.schema import ConfigError
 
 TOOL = "ddp-submit"
@@ -63,6 +64,10 @@ def places(folder: str, shipped: Path) -> list[Place]:
 
 def find(kind: str, folder: str, shipped: Path, name: str, relative_to: Path | None = None) -> Path:
     """The file NAME stands for (see the module's order), or a ConfigError listing what exists."""
+    problem = values.file_name(name)
+    if problem is not None:
+        shown = repr(name) if len(name) <= 60 else f"{name[:60]!r}... ({len(name.encode())} bytes)"
+        raise ConfigError(f"{kind} {shown}: expected the name or path of a {kind} file: {problem}")
     candidates = [Path(name).expanduser()]
     if relative_to is not None:
         candidates.append(relative_to / name)
