@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from launcher.config.profile import slurm_conf_file
+from launcher.rundir import shapes
 from launcher.rundir.layout import (
     FAILURE_FILE,
     JOB_FILE,
@@ -47,7 +48,11 @@ def read_json(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: not valid JSON (truncated or overwritten?): {err}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a JSON object, got {type(data).__name__}")
-    return data
+    # Each record's fields checked against their one shape (launcher.rundir.shapes), whoever reads it.
+    return shapes.check(path, data, _SHAPES.get(path.name, {}))
+
+
+_SHAPES = {RUN_FILE: shapes.RUN, TASKS_FILE: shapes.TASKS, RESULT_FILE: shapes.RESULT, FAILURE_FILE: shapes.FAILURE}
 
 
 def read_optional(path: Path) -> dict[str, Any] | None:
@@ -90,17 +95,9 @@ def write_result(folder: Path, result: dict[str, Any], **fields: Any) -> None:
     write_json(folder / RESULT_FILE, {**result, "state": "COMPLETED", **fields})
 
 
-_NUMBERS = ("test_accuracy", "test_loss", "train_loss", "images_per_second", "epochs", "world_size", "restarts")
-
-
 def read_result(path: Path) -> dict[str, Any]:
-    """A result.json, its metrics checked to be numbers (ConfigError naming the file otherwise)."""
-    result = read_json(path)
-    for key in _NUMBERS:
-        value = result.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise ConfigError(f"{path}: key '{key}' has invalid value {value!r}; expected a number")
-    return result
+    """A result.json, its metrics checked to be numbers (ConfigError naming the file and field otherwise)."""
+    return read_json(path)
 
 
 def write_failure(folder: Path, rank: int | None, error: str) -> None:
@@ -125,12 +122,10 @@ def write_tasks(run_dir: Path, tasks: list[dict[str, Any]]) -> None:
 
 def read_tasks(run_dir: Path) -> dict[int, dict[str, Any]]:
     path = run_dir / TASKS_FILE
-    entries = read_json(path).get("tasks")
-    if not isinstance(entries, list) or not all(
-            isinstance(e, dict) and isinstance(e.get("task"), int) and isinstance(e.get("job"), dict)
-            for e in entries):
+    data = read_json(path)
+    if not isinstance(data.get("tasks"), list):
         raise ConfigError(f"{path}: key 'tasks' must be a list of {{task, overrides, job, run_dir}} objects")
-    return {e["task"]: e for e in entries}
+    return {e["task"]: e for e in data["tasks"]}
 
 
 # ----- a run, as recorded --------------------------------------------------------------------------
@@ -192,16 +187,9 @@ class RunInfo:
         return [[ids[t]] if t < len(ids) else [] for t in range(self.num_tasks)]
 
 
-_SHAPE = {"executor": str, "tasks": int, "job_ids": list, "profile": dict, "job": dict, "created": float}
-
-
 def load_run(run_dir: Path) -> RunInfo:
-    record = read_record(run_dir)
-    for key, kind in _SHAPE.items():
-        if key in record and not _is(record[key], kind):
-            raise ConfigError(f"{run_dir / RUN_FILE}: key '{key}' has invalid value {record[key]!r}; expected "
-                              f"a JSON {'number' if kind is float else kind.__name__}")
-    return RunInfo(run_dir, record)
+    """A run folder's run.json, every field the commands read checked (launcher.rundir.shapes)."""
+    return RunInfo(run_dir, shapes.run_record(run_dir / RUN_FILE, read_record(run_dir)))
 
 
 def _is(value: Any, kind: type) -> bool:
