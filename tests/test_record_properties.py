@@ -112,7 +112,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("runs")
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(mutation=MUTATIONS)
 def test_no_command_gives_a_traceback_on_a_field_of_any_shape(runs: Path, capsys: pytest.CaptureFixture[str],
                                                               mutation: tuple[str, str, Any]) -> None:
@@ -125,7 +125,7 @@ def test_no_command_gives_a_traceback_on_a_field_of_any_shape(runs: Path, capsys
                 else ["list", "--runs-dir", str(runs)])
         started = time.monotonic()
         code, out, err = call(argv, capsys)
-        assert time.monotonic() - started < 10, f"{argv} took too long"
+        assert time.monotonic() - started < 60, f"{argv} took too long (a record that makes a command loop?)"
         if command[0] == "list":
             assert code == 0, err
             rows = {line.split()[0]: line for line in out.splitlines()[1:] if line.strip()}
@@ -135,12 +135,31 @@ def test_no_command_gives_a_traceback_on_a_field_of_any_shape(runs: Path, capsys
             answers_or_one_error(code, err, record, key)
 
 
+EVENT_LINES = st.lists(st.fixed_dictionaries(
+    {"event": st.sampled_from(["started", "resumed", "stopped", "finished"]) | JSON_VALUES},
+    optional={"time": JSON_VALUES, "step": JSON_VALUES, "job_id": JSON_VALUES, "requeued": JSON_VALUES,
+              "reason": JSON_VALUES, "signal": JSON_VALUES}).map(json.dumps) | st.text(max_size=30), max_size=6)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lines=EVENT_LINES)
+def test_status_reads_an_event_log_of_any_shape(runs: Path, capsys: pytest.CaptureFixture[str],
+                                                lines: list[str]) -> None:
+    """events.jsonl (restarts, in `status`): a line of another shape is skipped like a torn one."""
+    run = runs / "20261201-110000-events"
+    make_run(run)
+    (run / "task-0000" / "events.jsonl").write_text("\n".join(lines) + "\n")
+    for argv in (["status", str(run)], ["status", str(run), "--json"]):
+        code, out, err = call(argv, capsys)
+        assert code in (0, 1) and "Traceback" not in err, err
+
+
 def test_an_enormous_task_count_is_one_error_naming_the_field(tmp_path: Path,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     make_run(tmp_path / "run", ("run.json", "tasks", 10**12))
     started = time.monotonic()
     code, _, err = call(["status", str(tmp_path / "run")], capsys)
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 30
     assert code == 2 and err.startswith(f"error: {tmp_path / 'run' / 'run.json'}: field 'tasks' has invalid value "
                                         f"1000000000000; expected an integer in [1, ")
 
