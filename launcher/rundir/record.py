@@ -29,6 +29,7 @@ from launcher.rundir.layout import (
     TASKS_FILE,
     task_dir,
 )
+from trainer.config import values
 from trainer.config.schema import ConfigError
 
 
@@ -203,6 +204,7 @@ def _is(value: Any, kind: type) -> bool:
 def run_folders(runs_dir: Path) -> list[Path]:
     """Run folders under `runs_dir`, newest first: by the creation time their run.json recorded when
     they were made (never a file's change time: `status` and `cancel` rewrite run.json), then by name."""
+    _check_path("--runs-dir", str(runs_dir))
     if not runs_dir.is_dir():
         return []
     found = [p.resolve() for p in runs_dir.iterdir() if (p / RUN_FILE).is_file()]
@@ -223,6 +225,8 @@ def created_at(run_dir: Path) -> float:
 
 def find_run(name: str | None, runs_dir: Path) -> Path:
     """A run by folder path, or by name under `runs_dir`; None: the newest run there."""
+    if name is not None:
+        _check_path("RUN", name)
     if name is None:
         found = run_folders(runs_dir)
         if not found:
@@ -232,3 +236,12 @@ def find_run(name: str | None, runs_dir: Path) -> Path:
         if (path / RUN_FILE).is_file():
             return path.resolve()
     raise ConfigError(f"run {name!r}: not a run folder (no {RUN_FILE} there or in {runs_dir}/)")
+
+
+def _check_path(what: str, value: str) -> None:
+    """A run folder or runs folder given on the command line, checked where it enters (one line,
+    names the file system can hold: trainer.config.values) instead of an OSError on first use."""
+    problem = values.path(value)
+    if problem is not None:
+        shown = repr(value) if len(value) <= 60 else f"{value[:60]!r}... ({len(value.encode())} bytes)"
+        raise ConfigError(f"{what} {shown}: expected {problem}")

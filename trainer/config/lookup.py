@@ -74,11 +74,20 @@ def find(kind: str, folder: str, shipped: Path, name: str, relative_to: Path | N
     for place in places(folder, shipped):
         candidates += [place.folder / f"{name}.yaml", place.folder / name]
     for path in candidates:
-        if path.is_file():
+        if _is_file(path):
             return path
     found = [f"{p.folder} ({', '.join(sorted(n for n in names(p.folder))) or 'none'})"
              for p in places(folder, shipped)]
     raise ConfigError(f"{kind} '{name}' not found: not a file, and not a name in: {'; '.join(found)}")
+
+
+def _is_file(path: Path) -> bool:
+    """Whether `path` is a file; False for a name the file system cannot hold (NAME_MAX once `.yaml`
+    is added to a name that fit): that candidate is not there, and the next one is tried."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
 
 
 def names(folder: Path) -> list[str]:
