@@ -43,11 +43,11 @@ def test_container_script_is_the_recorded_one(tmp_path: Path, runtime: str) -> N
     if runtime == "apptainer":
         # The image file is read relative to the profile file, quoted (it has a space); GPUs: --nv;
         # the run folder and the code are bound as on the host; the image's interpreter runs.
-        assert ("apptainer exec --nv --bind /datasets --bind /scratch/ddp:/scratch --bind <PROJECT> --bind "
+        assert ("apptainer exec --nv --bind /tmp --bind /var/tmp:/scratch --bind <PROJECT> --bind "
                 "<RUN_DIR> '<PROJECT>/tests/data/images/pytorch 24.08.sif' /opt/conda/bin/python -u -m "
                 "submitit.core._submit") in command
     else:
-        assert ("--container-image=nvcr.io/nvidia/pytorch:24.08-py3 --container-mounts=/datasets:/datasets:ro,"
+        assert ("--container-image=nvcr.io/nvidia/pytorch:24.08-py3 --container-mounts=/tmp:/datasets:ro,"
                 "<PROJECT>:<PROJECT>,<RUN_DIR>:<RUN_DIR> python3 -u -m submitit.core._submit") in command
 
 
@@ -69,7 +69,7 @@ def test_python_on_the_nodes_is_a_path_or_a_command(tmp_path: Path) -> None:
     (["profile.container=img.sif", "profile.executor=local", "profile.nodes=1"], "'container'"),
     (["profile.python=/x/python", "profile.executor=debug", "profile.nodes=1", "profile.tasks_per_node=1"],
      "'python'"),
-    (["profile.container_binds=[\"/a,/b\"]", "profile.container=i.sif"], "without commas"),
+    (["profile.container_binds=[\"/a,/b\"]", "profile.container=i.sif"], "no commas"),
     (["profile.container_runtime=docker"], "'apptainer', 'singularity', 'pyxis'"),
 ])
 def test_bad_container_settings_are_one_line_errors(tmp_path: Path, sets: list[str], message: str) -> None:

@@ -28,14 +28,18 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(EXIT_BAD_INPUT, f"error: {one_line(message)} (see {self.prog} --help)\n")
 
 
-# Everything str.splitlines() breaks a line at: a value quoted into an error (a key with a newline,
-# a record separator in a file) must not split the one `error:` line into two.
-_LINE_BREAKS = {c: repr(c)[1:-1] for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"}
+# Everything str.splitlines() breaks a line at, and every other control character (C0, DEL, C1:
+# ESC sequences recolour, move or clear the terminal): a value quoted into an error (a key with a
+# newline, a record separator in a file, an escape in a hostile file name) must neither split the one
+# `error:` line into two nor reach the terminal as a command.
+_ESCAPED = {c: repr(c)[1:-1] if repr(c)[1] == "\\" else f"\\x{ord(c):02x}"
+            for c in [*map(chr, range(0x20)), *map(chr, range(0x7f, 0xa0)), "\u2028", "\u2029"]}
 
 
 def one_line(text: str) -> str:
-    """`text` with every line break shown escaped (as repr() would), so it prints as one line."""
-    return "".join(_LINE_BREAKS.get(c, c) for c in str(text))
+    """`text` with every line break and control character shown escaped (as repr() would), so it
+    prints as one line and changes nothing on the terminal."""
+    return "".join(_ESCAPED.get(c, c) for c in str(text))
 
 
 def error_line(message: object) -> str:

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 
 from launcher.commands import relay
-from launcher.commands.console import EXIT_BAD_INPUT, EXIT_FAILED, ArgumentParser, error_line
+from launcher.commands.console import EXIT_BAD_INPUT, EXIT_FAILED, ArgumentParser, error_line, one_line
 from launcher.request.errors import PartiallySubmitted
 from trainer.config.schema import ConfigError
 
@@ -75,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(error_line(err), file=sys.stderr)
         if getattr(err, "details", ""):  # the user's own traceback frames (trainer.runners.entrypoints)
-            print(err.details, file=sys.stderr)  # type: ignore[attr-defined]
+            # Line by line, so the frames keep their lines while any control byte in them is escaped.
+            print("\n".join(map(one_line, str(err.details).splitlines())), file=sys.stderr)  # type: ignore
         return EXIT_BAD_INPUT
     except PartiallySubmitted as err:
         print(error_line(err), file=sys.stderr)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 from launcher.config.profile import Profile
@@ -19,12 +20,25 @@ def check_local(profile: Profile, job: JobConfig, source: str, job_source: str =
     if profile.executor in ("local", "debug") and profile.gpus_per_node and not cuda_visible_here():
         raise ConfigError(f"{source}: key 'gpus_per_node' has invalid value {profile.gpus_per_node}; this machine "
                           f"has no NVIDIA GPU (no driver found), so the {profile.executor} executor allows only 0")
+    if profile.executor == "local" and profile.python:
+        check_python(profile.python, source)
     check_data(profile, job)
     if job.entrypoint:
         check_entrypoint(job, job_source)
     if job.script:
         # Made absolute here, once: the tasks may start in another directory (a SLURM node's).
         job.script = script_path(job, job_source)
+
+
+def check_python(python: str, source: str) -> None:
+    """A local profile's `python` runs on this machine: it must be there, and runnable, before the run
+    folder is made (a slurm profile's is the node's, found after its setup lines)."""
+    found = shutil.which(python)
+    if found is None:
+        why = "is not executable" if os.path.isfile(python) else "does not exist" if "/" in python else \
+            "is not a command on this machine's PATH"
+        raise ConfigError(f"{source}: key 'python' has invalid value {python!r}; it {why} (a Python interpreter "
+                          f"on this machine: a path, a command on PATH, or empty for this submitter's own)")
 
 
 def script_path(job: JobConfig, source: str = "") -> str:

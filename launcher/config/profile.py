@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Literal, Optional, Union
 
 from launcher.config import units
+from trainer.config import values
 from trainer.config.files import FileKind, Renamed
 from trainer.config.lookup import CODE_ROOT
 from trainer.config.schema import require
@@ -125,11 +126,20 @@ class Profile:
             require(modelled is None, f"sbatch_extra.{key}", self.sbatch_extra[key],
                     f"no value here: --{key} would change {modelled}, which the profile sets (the trainer "
                     f"expects the world size and paths the profile describes); set {modelled} instead")
-        for key, value in [("python", self.python), ("container", self.container),
-                           *((f"container_binds[{i}]", b) for i, b in enumerate(self.container_binds))]:
-            require(re.search(r"[\x00-\x1f\x7f]", value) is None, key, value, "single-line text")
-        for i, bind in enumerate(self.container_binds):
-            require(bind != "" and "," not in bind, f"container_binds[{i}]", bind, "SRC[:DST[:ro]] without commas")
+        # Every value that reaches the batch script, srun's or apptainer's arguments, or a path: the
+        # one rule (trainer.config.values), checked here so that the error names the file it came from.
+        for key, rule in (("python", values.argument), ("container", values.argument), ("constraint", values.text),
+                          ("data_dir", values.path), ("runs_dir", values.path), ("slurm_conf", values.path)):
+            problem = rule(getattr(self, key))
+            require(problem is None, key, getattr(self, key), problem or "")
+        for key, rule, items in (("setup", values.text, enumerate(self.setup)),
+                                 ("container_binds", values.bind, enumerate(self.container_binds)),
+                                 ("env", values.text, self.env.items()),
+                                 ("sbatch_extra", values.text, self.sbatch_extra.items())):
+            for index, value in items:
+                problem = rule(value)
+                where = f"{key}[{index}]" if isinstance(index, int) else f"{key}.{index}"
+                require(problem is None, where, value, problem or "")
         require(not (self.python or self.container) or self.executor != "debug", "python", self.python,
                 "empty for the debug executor (it runs in this process)")
         require(not self.container or self.executor == "slurm", "container", self.container,

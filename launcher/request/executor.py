@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from launcher.request.submission import Submission
+from trainer.config.schema import ConfigError
 
 
 def make_executor(sub: Submission, script_only: bool = False) -> Any:
@@ -57,4 +58,34 @@ def sbatch_script(sub: Submission, chunk_size: int | None = None) -> str:
     if sub.is_array:
         # What submitit sets on the array executor it makes for each batch of tasks.
         executor.parameters["map_count"] = min(len(sub.tasks), chunk_size or len(sub.tasks))
-    return submitit_private.submission_script(executor)
+    text = submitit_private.submission_script(executor)
+    check_script(text, executor.parameters)
+    return text
+
+
+# What submitit writes on its own beside the request's parameters (its logs, signal, array and wckey).
+_SUBMITIT_OWN = {"output", "error", "open-mode", "signal", "wckey", "job-name", "array"}
+# Parameters of submitit's that are not sbatch options (they shape the script's body).
+_NOT_OPTIONS = {"setup", "teardown", "srun_args", "use_srun", "array_parallelism", "map_count", "signal_delay_s",
+                "stderr_to_stdout", "additional_parameters"}
+
+
+def check_script(text: str, parameters: dict[str, Any]) -> None:
+    """The batch script as a whole, before sbatch reads it: every `#SBATCH` line one the request made
+    (an option of `parameters` or submitit's own, each once), all of them in the header. Values are
+    checked where they enter (trainer.config.values); this is the last look at what sbatch will
+    obey, so that no value can add a directive on its way through submitit's text.
+    A violation is a ConfigError: nothing is queued."""
+    made = _SUBMITIT_OWN | {k.replace("_", "-") for k in parameters if k not in _NOT_OPTIONS}
+    made |= {str(k).replace("_", "-") for k in parameters.get("additional_parameters") or {}}
+    seen: set[str] = set()
+    in_header = True
+    for number, line in enumerate(text.splitlines()[1:], start=2):
+        if line.startswith("#SBATCH"):
+            option = line[len("#SBATCH"):].strip().partition("=")[0].removeprefix("--")
+            if not in_header or option not in made or option in seen or not line.startswith("#SBATCH --"):
+                raise ConfigError(f"the batch script's line {number} {line[:80]!r} is an #SBATCH line the request "
+                                  f"did not make (the request sets: {', '.join(sorted(made))}); nothing was queued")
+            seen.add(option)
+        elif line.strip() and not line.startswith("#"):
+            in_header = False  # sbatch reads directives only up to the first command

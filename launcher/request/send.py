@@ -20,12 +20,13 @@ from launcher.cluster.jobids import distinct_bases
 from launcher.cluster.said import one_line
 from launcher.cluster.slurm.env import slurm_env
 from launcher.request.errors import PartiallySubmitted, SubmissionRefused
-from launcher.request.executor import make_executor
+from launcher.request.executor import check_script, make_executor
 from launcher.request.submission import Submission
 from launcher.rundir import snapshot
 from launcher.rundir.layout import RUN_FILE
 from launcher.rundir.record import update_record
 from trainer.config.lookup import CODE_ROOT
+from trainer.config.schema import ConfigError
 
 
 @contextlib.contextmanager
@@ -85,6 +86,14 @@ def send_function(sub: Submission, function: Callable[[], Any]) -> Any:
 def _queue(sub: Submission, calls: list[Callable[[], Any]], chunk_size: int | None,
            on_queued: Callable[[list[str]], None] | None) -> list[Any]:
     executor = make_executor(sub)
+    if sub.executor == "slurm":  # the text sbatch will read, checked whole before anything is queued
+        from launcher import submitit_private  # (imports submitit, as make_executor did)
+
+        try:
+            check_script(submitit_private.submission_script(executor), executor.parameters)
+        except ConfigError:
+            shutil.rmtree(sub.run_dir, ignore_errors=True)  # as for sbatch's own refusal: nothing was queued
+            raise
     # submitit keeps calling SLURM after sbatch (sacct while waiting, scancel), from this process's
     # environment: those calls must reach the same cluster (the profile's SLURM_CONF).
     if sub.slurm_conf:

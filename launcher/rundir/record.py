@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from launcher.config.profile import slurm_conf_file
+from launcher.rundir import shapes
 from launcher.rundir.layout import (
     FAILURE_FILE,
     JOB_FILE,
@@ -28,6 +29,7 @@ from launcher.rundir.layout import (
     TASKS_FILE,
     task_dir,
 )
+from trainer.config import values
 from trainer.config.schema import ConfigError
 
 
@@ -47,7 +49,11 @@ def read_json(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: not valid JSON (truncated or overwritten?): {err}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a JSON object, got {type(data).__name__}")
-    return data
+    # Each record's fields checked against their one shape (launcher.rundir.shapes), whoever reads it.
+    return shapes.check(path, data, _SHAPES.get(path.name, {}))
+
+
+_SHAPES = {RUN_FILE: shapes.RUN, TASKS_FILE: shapes.TASKS, RESULT_FILE: shapes.RESULT, FAILURE_FILE: shapes.FAILURE}
 
 
 def read_optional(path: Path) -> dict[str, Any] | None:
@@ -90,17 +96,9 @@ def write_result(folder: Path, result: dict[str, Any], **fields: Any) -> None:
     write_json(folder / RESULT_FILE, {**result, "state": "COMPLETED", **fields})
 
 
-_NUMBERS = ("test_accuracy", "test_loss", "train_loss", "images_per_second", "epochs", "world_size", "restarts")
-
-
 def read_result(path: Path) -> dict[str, Any]:
-    """A result.json, its metrics checked to be numbers (ConfigError naming the file otherwise)."""
-    result = read_json(path)
-    for key in _NUMBERS:
-        value = result.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise ConfigError(f"{path}: key '{key}' has invalid value {value!r}; expected a number")
-    return result
+    """A result.json, its metrics checked to be numbers (ConfigError naming the file and field otherwise)."""
+    return read_json(path)
 
 
 def write_failure(folder: Path, rank: int | None, error: str) -> None:
@@ -125,12 +123,10 @@ def write_tasks(run_dir: Path, tasks: list[dict[str, Any]]) -> None:
 
 def read_tasks(run_dir: Path) -> dict[int, dict[str, Any]]:
     path = run_dir / TASKS_FILE
-    entries = read_json(path).get("tasks")
-    if not isinstance(entries, list) or not all(
-            isinstance(e, dict) and isinstance(e.get("task"), int) and isinstance(e.get("job"), dict)
-            for e in entries):
+    data = read_json(path)
+    if not isinstance(data.get("tasks"), list):
         raise ConfigError(f"{path}: key 'tasks' must be a list of {{task, overrides, job, run_dir}} objects")
-    return {e["task"]: e for e in entries}
+    return {e["task"]: e for e in data["tasks"]}
 
 
 # ----- a run, as recorded --------------------------------------------------------------------------
@@ -192,16 +188,9 @@ class RunInfo:
         return [[ids[t]] if t < len(ids) else [] for t in range(self.num_tasks)]
 
 
-_SHAPE = {"executor": str, "tasks": int, "job_ids": list, "profile": dict, "job": dict, "created": float}
-
-
 def load_run(run_dir: Path) -> RunInfo:
-    record = read_record(run_dir)
-    for key, kind in _SHAPE.items():
-        if key in record and not _is(record[key], kind):
-            raise ConfigError(f"{run_dir / RUN_FILE}: key '{key}' has invalid value {record[key]!r}; expected "
-                              f"a JSON {'number' if kind is float else kind.__name__}")
-    return RunInfo(run_dir, record)
+    """A run folder's run.json, every field the commands read checked (launcher.rundir.shapes)."""
+    return RunInfo(run_dir, shapes.run_record(run_dir / RUN_FILE, read_record(run_dir)))
 
 
 def _is(value: Any, kind: type) -> bool:
@@ -215,6 +204,7 @@ def _is(value: Any, kind: type) -> bool:
 def run_folders(runs_dir: Path) -> list[Path]:
     """Run folders under `runs_dir`, newest first: by the creation time their run.json recorded when
     they were made (never a file's change time: `status` and `cancel` rewrite run.json), then by name."""
+    _check_path("--runs-dir", str(runs_dir))
     if not runs_dir.is_dir():
         return []
     found = [p.resolve() for p in runs_dir.iterdir() if (p / RUN_FILE).is_file()]
@@ -235,6 +225,8 @@ def created_at(run_dir: Path) -> float:
 
 def find_run(name: str | None, runs_dir: Path) -> Path:
     """A run by folder path, or by name under `runs_dir`; None: the newest run there."""
+    if name is not None:
+        _check_path("RUN", name)
     if name is None:
         found = run_folders(runs_dir)
         if not found:
@@ -244,3 +236,12 @@ def find_run(name: str | None, runs_dir: Path) -> Path:
         if (path / RUN_FILE).is_file():
             return path.resolve()
     raise ConfigError(f"run {name!r}: not a run folder (no {RUN_FILE} there or in {runs_dir}/)")
+
+
+def _check_path(what: str, value: str) -> None:
+    """A run folder or runs folder given on the command line, checked where it enters (one line,
+    names the file system can hold: trainer.config.values) instead of an OSError on first use."""
+    problem = values.path(value)
+    if problem is not None:
+        shown = repr(value) if len(value) <= 60 else f"{value[:60]!r}... ({len(value.encode())} bytes)"
+        raise ConfigError(f"{what} {shown}: expected {problem}")

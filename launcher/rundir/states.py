@@ -27,7 +27,7 @@ from typing import Any
 from launcher.cluster import local
 from launcher.cluster.slurm.accounting import REQUEUED_AFTER, SchedulerRecord, sacct_records, squeue_records
 from launcher.cluster.slurm.env import slurm_env
-from launcher.rundir import restarts
+from launcher.rundir import restarts, shapes
 from launcher.rundir.layout import FAILURE_FILE, RESULT_FILE, job_files, log_name
 from launcher.rundir.outcomes import failure_of, read_outcomes
 from launcher.rundir.record import RunInfo, read_optional
@@ -100,7 +100,8 @@ def finished_record(task_dir: Path, job_id: str) -> dict[str, Any] | None:
     try:  # (no exists() first: one system call fewer per task, 10,000 of them in a large sweep)
         with open(os.path.join(task_dir, RESULT_FILE), "rb") as fh:
             result = json.loads(fh.read())
-    except (OSError, ValueError):
+        shapes.check(Path(task_dir) / RESULT_FILE, result, shapes.RESULT) if isinstance(result, dict) else None
+    except (OSError, ValueError):  # (a ConfigError too: `status` names a misshapen one from read_optional)
         return None
     if isinstance(result, dict) and result.get("job_id") == job_id and result.get("state") == "COMPLETED" and "wall_time_s" in result:
         return result

@@ -59,5 +59,6 @@ def bind_sources(value: Any, base: Path) -> Any:
     """Container binds `SRC[:DST[:MODE]]`: each SRC made absolute, DST and MODE as written."""
     if not isinstance(value, list):
         return value
-    return [":".join([absolute(b.split(":")[0], base), *b.split(":")[1:]]) if isinstance(b, str) and b else b
-            for b in value]
+    # An empty SRC (`:/x`) stays empty, for validation to refuse: read from `base` it would bind that folder.
+    return [":".join([absolute(b.split(":")[0], base), *b.split(":")[1:]]) if isinstance(b, str) and b
+            and not b.startswith(":") else b for b in value]

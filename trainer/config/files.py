@@ -129,7 +129,10 @@ def load(kind: FileKind, name: str, sets: Mapping[str, Any] | None = None) -> Lo
         elif not isinstance(parent, str) or not parent:
             raise bad_value_error(str(current), "extends", parent, "the name or path of another file")
         else:
-            current = kind.find(parent, current.parent)
+            try:
+                current = kind.find(parent, current.parent)
+            except ConfigError as err:  # named from the file that wrote `extends:`, not only by the name it gave
+                raise ConfigError(f"{current}: key 'extends': {err}") from None
     source = str(chain[0]) if len(chain) == 1 else f"{chain[0]} (extending {', '.join(map(str, chain[1:]))})"
     merged.setdefault("name", path.stem)
     if sets:

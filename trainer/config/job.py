@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
-from trainer.config import files
+from trainer.config import files, values
 from trainer.config.schema import ConfigError, build, require
 
 # Bounds on counts and sizes: beyond them torch (32-bit sizes in kernels), memory or the OS fail
@@ -118,6 +118,16 @@ class JobConfig:
         # A user's function may log or return any metric; the built-in recipe only these.
         require(bool(self.entrypoint or self.script) or self.target_metric in METRICS, "target_metric", self.target_metric,
                 f"one of {', '.join(METRICS)} (any metric name with an entrypoint)")
+        # Values that reach the batch script (the job name), python's argument vector or a path: the
+        # one rule (trainer.config.values), so the error names the job file they came from.
+        for key, rule in (("name", values.text), ("script", values.argument), ("script", values.path),
+                          ("data_dir", values.path), ("code_dir", values.path), ("target_metric", values.text)):
+            problem = rule(getattr(self, key))
+            require(problem is None, key, getattr(self, key), problem or "")
+        for i, arg in enumerate(self.args):
+            require(values.text(arg) is None, f"args[{i}]", arg, values.text(arg) or "")
+        require(not self.script or self.script.endswith(".py"), "script", self.script,
+                "a Python file (a path ending in .py)")
         require(not (self.entrypoint and self.script), "script", self.script,
                 "empty when 'entrypoint' is set (a job runs one or the other)")
         # Read by nothing otherwise: refused rather than silently ignored.

@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 from typing import NamedTuple
 
+from trainer.config import values
 from trainer.config.schema import ConfigError
 
 TOOL = "ddp-submit"
@@ -63,17 +64,30 @@ def places(folder: str, shipped: Path) -> list[Place]:
 
 def find(kind: str, folder: str, shipped: Path, name: str, relative_to: Path | None = None) -> Path:
     """The file NAME stands for (see the module's order), or a ConfigError listing what exists."""
+    problem = values.file_name(name)
+    if problem is not None:
+        shown = repr(name) if len(name) <= 60 else f"{name[:60]!r}... ({len(name.encode())} bytes)"
+        raise ConfigError(f"{kind} {shown}: expected the name or path of a {kind} file: {problem}")
     candidates = [Path(name).expanduser()]
     if relative_to is not None:
         candidates.append(relative_to / name)
     for place in places(folder, shipped):
         candidates += [place.folder / f"{name}.yaml", place.folder / name]
     for path in candidates:
-        if path.is_file():
+        if _is_file(path):
             return path
     found = [f"{p.folder} ({', '.join(sorted(n for n in names(p.folder))) or 'none'})"
              for p in places(folder, shipped)]
     raise ConfigError(f"{kind} '{name}' not found: not a file, and not a name in: {'; '.join(found)}")
+
+
+def _is_file(path: Path) -> bool:
+    """Whether `path` is a file; False for a name the file system cannot hold (NAME_MAX once `.yaml`
+    is added to a name that fit): that candidate is not there, and the next one is tried."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
 
 
 def names(folder: Path) -> list[str]:

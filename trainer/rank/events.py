@@ -50,9 +50,21 @@ def read(run_dir: Path | str) -> list[dict[str, Any]]:
             record = json.loads(line)
         except ValueError:
             continue
-        if isinstance(record, dict) and "event" in record:
+        if isinstance(record, dict) and _well_formed(record):
             out.append(record)
     return out
+
+
+# The fields readers use, with the types they use them as (launcher.rundir.restarts): a line with
+# another shape (hand-edited, another tool's) is skipped like a torn one, never a traceback later.
+_FIELDS = {"time": (int, float), "step": (int, type(None)), "job_id": (str, int, type(None)), "requeued": (bool,),
+           "reason": (str, type(None)), "signal": (str, int, type(None))}
+
+
+def _well_formed(record: dict[str, Any]) -> bool:
+    return isinstance(record.get("event"), str) and all(
+        isinstance(record[key], kinds) and not (isinstance(record[key], bool) and bool not in kinds)
+        for key, kinds in _FIELDS.items() if key in record)
 
 
 def attempts(log: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
