@@ -356,6 +356,11 @@ GPU_CASES = [
      ["sbatch_extra.hetjob", "not supported", "heterogeneous"]),
     ("sbatch_extra parsable", {}, ["--profile", "dev-cluster", "--set", "profile.sbatch_extra.parsable=x"],
      ["sbatch_extra.parsable", "job id"]),
+    ("launch torchrun on the local executor", {}, ["--set", "profile.launch=torchrun"],
+     ["'launch'", "'torchrun'", "'tasks' for the local executor"]),
+    ("launch torchrun with gpus_per_task", {}, [*GPU, "--set", "profile.launch=torchrun", "--set",
+                                                "profile.gpus_per_task=1"], ["'gpus_per_task'", "launch: torchrun"]),
+    ("unknown launch shape", {}, ["--set", "profile.launch=mpirun"], ["'launch'", "'mpirun'", "'torchrun'"]),
     ("sbatch_extra wait", {}, ["--profile", "dev-cluster", "--set", "profile.sbatch_extra.wait=x"],
      ["sbatch_extra.wait", "block"]),
 ]

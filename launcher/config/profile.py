@@ -39,6 +39,10 @@ class Profile:
     # How GPUs are asked for: "gpus" (--gpus-per-node / --gpus-per-task, SLURM >= 19.05's options)
     # or "gres" (--gres=gpu[:type]:N per node, what older sites and some 24.11 set-ups want).
     gpu_request: Literal["gpus", "gres"] = "gpus"
+    # The launch shape: "tasks" (one SLURM task per rank, submitit's) or "torchrun" (one SLURM task
+    # per node runs torchrun with tasks_per_node processes and a c10d rendezvous on the first node;
+    # launcher/torchrun.py). The world size is nodes x tasks_per_node in both.
+    launch: Literal["tasks", "torchrun"] = "tasks"
     # Memory per task in SLURM's spelling ("64G", "500M"; a bare number is MB); SLURM gets
     # tasks_per_node x this per node. null: the partition default. (`mem_per_task_gb: 64` still reads.)
     mem_per_task: Optional[Union[int, float, str]] = None
@@ -129,6 +133,13 @@ class Profile:
             require(self.gpu_request == "gpus" or self.gpus_per_task in (1, self.gpus_per_node), "gpus_per_task",
                     self.gpus_per_task, f"1 or {self.gpus_per_node} (gpus_per_node) with gpu_request 'gres' "
                     f"(--gres is per node), or set gpu_request: gpus")
+        if self.launch == "torchrun":
+            require(self.executor == "slurm", "launch", self.launch, f"'tasks' for the {self.executor} executor "
+                    f"(torchrun per node is a SLURM shape; locally, run torchrun yourself: python -m trainer)")
+            require(not self.container, "launch", self.launch, "'tasks' with a container (torchrun in a "
+                    "container is not supported yet)")
+            require(self.gpus_per_task == 0, "gpus_per_task", self.gpus_per_task,
+                    "0 with launch: torchrun (its one task per node holds all the node's GPUs)")
         if self.gpus_per_node:
             require(self.tasks_per_node == self.gpus_per_node, "tasks_per_node", self.tasks_per_node,
                     f"one task per GPU: {self.gpus_per_node} (= gpus_per_node)")
