@@ -246,4 +246,6 @@ def probe_task() -> dict[str, Any]:
     }
     for name in GPU_VARIABLES + OTHER_VARIABLES:
         report[name] = os.environ.get(name)
+    # The GPU this rank's trainer would take (trainer.distributed.process.pick_device's choice).
+    report["gpu"] = environment.own_gpu(where.local_rank, os.environ.get("CUDA_VISIBLE_DEVICES"))
     return report

@@ -334,7 +334,38 @@ YAML_CASES = [
     ("job file of comments only", {"j.yaml": "# nothing\n"}, ["--job", "{j.yaml}"], ["j.yaml", "empty"]),
 ]
 
-ALL_CASES = [pytest.param(*c[1:], id=c[0]) for c in CASES + MORE_CASES + YAML_CASES]
+# GPU requests, and sbatch options no profile can use (issue 20). Same shape as CASES.
+GPU = ["--profile", "dev-cluster-gpu"]
+GPU_CASES = [
+    ("gpu_type without GPUs", {}, ["--profile", "dev-cluster", "--set", "profile.gpu_type=a100"],
+     ["'gpu_type'", "'a100'", "gpus_per_node > 0"]),
+    ("gpu_type with a colon", {}, [*GPU, "--set", "profile.gpu_type=a100:8"], ["'gpu_type'", "'a100:8'", "GRES type"]),
+    ("gpu_type no node has", {}, [*GPU, "--set", "profile.gpu_type=a100"],
+     ["profile.gpu_type", "'a100'", "partition gpu", "its nodes have: fake"]),
+    ("more typed GPUs than a node has", {}, [*GPU, "--set", "profile.gpu_type=fake", "--set", "profile.gpus_per_node=8",
+                                           "--set", "profile.tasks_per_node=8", "--set", "profile.mem_per_task=100M"],
+     ["profile.gpus_per_node", "8"]),
+    ("gpus_per_task that leaves GPUs unbound", {}, [*GPU, "--set", "profile.gpus_per_task=2"],
+     ["'gpus_per_task'", "2", "gpus_per_node / tasks_per_node = 1"]),
+    ("unknown gpu_request style", {}, [*GPU, "--set", "profile.gpu_request=gpu"], ["'gpu_request'", "'gres'", "'gpus'"]),
+    ("sbatch_extra clusters", {}, ["--profile", "dev-cluster", "--set", "profile.sbatch_extra.clusters=other"],
+     ["sbatch_extra.clusters", "'other'", "--clusters is not supported", "scancel", "slurm_conf"]),
+    ("sbatch_extra abbreviated --cluster", {}, ["--profile", "dev-cluster", "--set", "profile.sbatch_extra.cluster=o"],
+     ["sbatch_extra.cluster", "not supported"]),
+    ("sbatch_extra hetjob", {}, ["--profile", "dev-cluster", "--set", "profile.sbatch_extra.hetjob=1"],
+     ["sbatch_extra.hetjob", "not supported", "heterogeneous"]),
+    ("sbatch_extra parsable", {}, ["--profile", "dev-cluster", "--set", "profile.sbatch_extra.parsable=x"],
+     ["sbatch_extra.parsable", "job id"]),
+    ("launch torchrun on the local executor", {}, ["--set", "profile.launch=torchrun"],
+     ["'launch'", "'torchrun'", "'tasks' for the local executor"]),
+    ("launch torchrun with gpus_per_task", {}, [*GPU, "--set", "profile.launch=torchrun", "--set",
+                                                "profile.gpus_per_task=1"], ["'gpus_per_task'", "launch: torchrun"]),
+    ("unknown launch shape", {}, ["--set", "profile.launch=mpirun"], ["'launch'", "'mpirun'", "'torchrun'"]),
+    ("sbatch_extra wait", {}, ["--profile", "dev-cluster", "--set", "profile.sbatch_extra.wait=x"],
+     ["sbatch_extra.wait", "block"]),
+]
+
+ALL_CASES = [pytest.param(*c[1:], id=c[0]) for c in CASES + MORE_CASES + YAML_CASES + GPU_CASES]
 
 
 def write(path: Path, text: str | bytes) -> str:

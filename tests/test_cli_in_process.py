@@ -432,8 +432,8 @@ MODELLED = {
     "tasks-per-node": "tasks_per_node", "ntasks-per-core": "tasks_per_node", "ntasks-per-socket": "tasks_per_node",
     "ntasks-per-gpu": "tasks_per_node", "cpus-per-task": "cpus_per_task", "cpus-per-gpu": "cpus_per_task",
     "mincpus": "cpus_per_task", "gpus": "gpus_per_node", "gpus-per-node": "gpus_per_node",
-    "gpus-per-task": "gpus_per_node", "gpus-per-socket": "gpus_per_node", "gres": "gpus_per_node",
-    "mem": "mem_per_task", "mem-per-cpu": "mem_per_task", "mem-per-gpu": "mem_per_task",
+    "gpus-per-task": "gpus_per_task", "gpus-per-socket": "gpus_per_node",
+    "gres": "gpus_per_node, gpu_type and gpu_request: gres", "mem": "mem_per_task", "mem-per-cpu": "mem_per_task", "mem-per-gpu": "mem_per_task",
     "time": "time", "time-min": "time", "partition": "partition", "account": "account", "qos": "qos",
     "constraint": "constraint", "signal": "signal and signal_delay_s", "array": "the sweep (one array task per point)",
     "output": "the run folder's logs (submitit's layout)", "error": "the run folder's logs (submitit's layout)",
@@ -443,7 +443,7 @@ MODELLED = {
     "no-requeue": "max_timeout_requeues (runs are always requeueable)", "wrap": "the job script",
     "distribution": "tasks_per_node (one rank per task)", "export": "env", "get-user-env": "env",
     # sbatch takes unique prefixes of long options: an abbreviation names every key it could mean.
-    "ntasks-per-s": "tasks_per_node", "gpus-per": "gpus_per_node", "ex": "env", "co": "constraint",
+    "ntasks-per-s": "tasks_per_node", "gpus-per": "gpus_per_node / gpus_per_task", "ex": "env", "co": "constraint",
 }
 
 

@@ -24,6 +24,8 @@ NOT_RUN = {
         "what tests/run_all.sh runs first (test_the_pip_line_is_the_one_run_all_installs checks they agree)",
     "bash tests/run_all.sh": "the test command itself",
     "python submit.py --profile slurm-gpu --job cifar10": "needs a real SLURM cluster with GPUs",
+    "python submit.py --profile slurm-gpu --set profile.launch=torchrun":
+        "needs a real SLURM cluster with GPUs (tests/test_torchrun_launch.py runs the shape on the dev cluster)",
 }
 # Commands that run on this machine, each with something a user would see in its output.
 LOCAL = {

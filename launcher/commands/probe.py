@@ -83,7 +83,7 @@ def main(argv: list[str]) -> int:
     for r in sorted(reports, key=lambda r: r["rank"]):
         gpus = "  ".join(f"{name}={r[name] if r[name] is not None else '-'}" for name in GPU_VARIABLES)
         print(f"rank {r['rank']}/{r['world_size']}  node {r['node']}  local_rank {r['local_rank']}  "
-              f"master {r['master_addr']}:{r['master_port']}  {gpus}", flush=True)
+              f"master {r['master_addr']}:{r['master_port']}  gpu {r.get('gpu') or '-'}  {gpus}", flush=True)
     if args.json:
         print(json.dumps({"job_id": str(job.job_id), "run_dir": str(run_dir), "tasks": reports,
                           "environment": environments}), flush=True)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Literal, Optional, Union
 
 from launcher.config import units
+from launcher.config.sbatch_options import modelled_sbatch_option, unsupported_sbatch_option
 from trainer.config import values
 from trainer.config.files import FileKind, Renamed
 from trainer.config.lookup import CODE_ROOT
@@ -29,6 +30,20 @@ class Profile:
     tasks_per_node: int = 1
     cpus_per_task: int = 1
     gpus_per_node: int = 0
+    # The GPU model as the site's GRES names it ("a100", "h100"; "": any GPU). The request then
+    # reads --gres=gpu:a100:8 or --gpus-per-node=a100:8; the preflight refuses a type no node has.
+    gpu_type: str = ""
+    # GPUs bound to each task (0: not asked; the task sees its node's GPUs and takes LOCAL_RANK's).
+    # 1 in the one-task-per-GPU shape makes SLURM bind each rank to its own device
+    # (CUDA_VISIBLE_DEVICES holds that one GPU; srun --gpu-bind=single:1, see sbatch.gpu_srun_args).
+    gpus_per_task: int = 0
+    # How GPUs are asked for: "gpus" (--gpus-per-node / --gpus-per-task, SLURM >= 19.05's options)
+    # or "gres" (--gres=gpu[:type]:N per node, what older sites and some 24.11 set-ups want).
+    gpu_request: Literal["gpus", "gres"] = "gpus"
+    # The launch shape: "tasks" (one SLURM task per rank, submitit's) or "torchrun" (one SLURM task
+    # per node runs torchrun with tasks_per_node processes and a c10d rendezvous on the first node;
+    # launcher/torchrun.py). The world size is nodes x tasks_per_node in both.
+    launch: Literal["tasks", "torchrun"] = "tasks"
     # Memory per task in SLURM's spelling ("64G", "500M"; a bare number is MB); SLURM gets
     # tasks_per_node x this per node. null: the partition default. (`mem_per_task_gb: 64` still reads.)
     mem_per_task: Optional[Union[int, float, str]] = None
@@ -93,7 +108,7 @@ class Profile:
         for key in ("nodes", "tasks_per_node", "cpus_per_task", "array_parallelism",
                     "init_timeout_s", "collective_timeout_s"):
             require(getattr(self, key) > 0, key, getattr(self, key), "an integer > 0")
-        for key in ("gpus_per_node", "signal_delay_s", "max_timeout_requeues", "checkpoint_every_steps"):
+        for key in ("gpus_per_node", "gpus_per_task", "signal_delay_s", "max_timeout_requeues", "checkpoint_every_steps"):
             require(getattr(self, key) >= 0, key, getattr(self, key), "an integer >= 0")
         for key, most in _UPPER_BOUNDS.items():
             value = getattr(self, key)
@@ -107,6 +122,25 @@ class Profile:
                 "an integer > 0 or null")
         require(self.signal_delay_s < self.time_min * 60, "signal_delay_s", self.signal_delay_s,
                 f"fewer seconds than the time limit ({self.time_min * 60} s)")
+        require(re.fullmatch(r"[A-Za-z0-9_.-]*", self.gpu_type) is not None, "gpu_type", self.gpu_type,
+                "a GRES type name such as 'a100' (letters, digits, '_', '.', '-')")
+        require(not self.gpu_type or self.gpus_per_node > 0, "gpu_type", self.gpu_type,
+                "empty unless gpus_per_node > 0 (a type names the GPUs asked for)")
+        if self.gpus_per_task:
+            require(self.gpus_per_node > 0 and self.gpus_per_task * self.tasks_per_node == self.gpus_per_node,
+                    "gpus_per_task", self.gpus_per_task, f"gpus_per_node / tasks_per_node = "
+                    f"{self.gpus_per_node / self.tasks_per_node:g} (every GPU of the node bound to one task), or 0")
+            # --gres has no per-task form: there each task is bound with srun's --gpu-bind=single:1.
+            require(self.gpu_request == "gpus" or self.gpus_per_task in (1, self.gpus_per_node), "gpus_per_task",
+                    self.gpus_per_task, f"1 or {self.gpus_per_node} (gpus_per_node) with gpu_request 'gres' "
+                    f"(--gres is per node), or set gpu_request: gpus")
+        if self.launch == "torchrun":
+            require(self.executor == "slurm", "launch", self.launch, f"'tasks' for the {self.executor} executor "
+                    f"(torchrun per node is a SLURM shape; locally, run torchrun yourself: python -m trainer)")
+            require(not self.container, "launch", self.launch, "'tasks' with a container (torchrun in a "
+                    "container is not supported yet)")
+            require(self.gpus_per_task == 0, "gpus_per_task", self.gpus_per_task,
+                    "0 with launch: torchrun (its one task per node holds all the node's GPUs)")
         if self.gpus_per_node:
             require(self.tasks_per_node == self.gpus_per_node, "tasks_per_node", self.tasks_per_node,
                     f"one task per GPU: {self.gpus_per_node} (= gpus_per_node)")
@@ -122,6 +156,9 @@ class Profile:
         for key in self.sbatch_extra:
             require(re.fullmatch(r"[a-z][a-z0-9-]*", key) is not None, f"sbatch_extra.{key}", key,
                     "an sbatch long option name such as 'mail-type'")
+            unsupported = unsupported_sbatch_option(key)
+            require(unsupported is None, f"sbatch_extra.{key}", self.sbatch_extra[key],
+                    f"no value here: --{key} is not supported ({unsupported})")
             modelled = modelled_sbatch_option(key)
             require(modelled is None, f"sbatch_extra.{key}", self.sbatch_extra[key],
                     f"no value here: --{key} would change {modelled}, which the profile sets (the trainer "
@@ -194,40 +231,11 @@ PROFILE_FILES = FileKind("profile", Profile, "cluster_profiles", "launcher",
 # SLURM stores these in 16-bit fields (cpus per task, tasks per node, GRES counts, the --signal
 # delay) or 32-bit ones (node counts, minutes); beyond them sbatch fails or silently wraps.
 _UPPER_BOUNDS = {"nodes": 2**31 - 1, "tasks_per_node": 65535, "cpus_per_task": 65535, "gpus_per_node": 65535,
+                 "gpus_per_task": 65535,
                  "signal_delay_s": 65535, "max_timeout_requeues": 2**31 - 1,
                  "checkpoint_every_steps": 2**31 - 1, "array_parallelism": 2**31 - 1,
                  "max_array_size": 2**31 - 1, "init_timeout_s": 2**31 - 1, "collective_timeout_s": 2**31 - 1}
 _BOUND_WHY = {65535: "a 16-bit SLURM field", 2**31 - 1: "a 32-bit field"}
-
-# sbatch options the profile models, and the profile key that sets each. An `sbatch_extra` line
-# for one of them would make SLURM start another world size, time limit or log path than the
-# trainer and the run folder expect. sbatch accepts unique prefixes of long options ("--node=3"),
-# so a key that abbreviates one of these is refused too.
-MODELLED_SBATCH_OPTIONS = {
-    "nodes": "nodes", "ntasks": "nodes x tasks_per_node", "ntasks-per-node": "tasks_per_node",
-    "tasks-per-node": "tasks_per_node", "ntasks-per-core": "tasks_per_node", "ntasks-per-socket": "tasks_per_node",
-    "ntasks-per-gpu": "tasks_per_node", "cpus-per-task": "cpus_per_task", "cpus-per-gpu": "cpus_per_task",
-    "mincpus": "cpus_per_task", "gpus": "gpus_per_node", "gpus-per-node": "gpus_per_node",
-    "gpus-per-task": "gpus_per_node", "gpus-per-socket": "gpus_per_node", "gres": "gpus_per_node",
-    "mem": "mem_per_task", "mem-per-cpu": "mem_per_task", "mem-per-gpu": "mem_per_task",
-    "time": "time", "time-min": "time", "partition": "partition", "account": "account", "qos": "qos",
-    "constraint": "constraint", "signal": "signal and signal_delay_s", "array": "the sweep (one array task per point)",
-    "output": "the run folder's logs (submitit's layout)", "error": "the run folder's logs (submitit's layout)",
-    "input": "the run folder's logs (submitit's layout)", "open-mode": "the run folder's logs (submitit's layout)",
-    "job-name": "job.name", "chdir": "the run folder's logs (submitit's layout)",
-    "dependency": "--after", "requeue": "max_timeout_requeues (runs are always requeueable)",
-    "no-requeue": "max_timeout_requeues (runs are always requeueable)", "wrap": "the job script",
-    "distribution": "tasks_per_node (one rank per task)", "export": "env", "get-user-env": "env",
-}
-
-
-def modelled_sbatch_option(key: str) -> str | None:
-    """The profile key behind sbatch option --KEY (or an abbreviation of one), None if it has none."""
-    if key in MODELLED_SBATCH_OPTIONS:
-        return MODELLED_SBATCH_OPTIONS[key]
-    longer = [name for name in MODELLED_SBATCH_OPTIONS if name.startswith(key)]
-    return " / ".join(dict.fromkeys(MODELLED_SBATCH_OPTIONS[n] for n in longer)) if longer else None
-
 
 def project_path(value: str) -> Path:
     """A recorded slurm_conf (run.json): profiles read today record absolute paths; a relative one

@@ -74,7 +74,12 @@ def send(sub: Submission, chunk_size: int | None = None,
     carrying sbatch's own message."""
     from launcher.node import TrainTask  # submitit only when something is sent
 
-    calls = [TrainTask(t.job, t.settings, str(sub.run_dir)) for t in sub.tasks]
+    if sub.profile.launch == "torchrun":  # one task per node runs torchrun (launcher/torchrun.py)
+        from launcher.torchrun import TorchrunTask
+
+        calls = [TorchrunTask(t.job, t.settings, sub.profile.tasks_per_node, str(sub.run_dir)) for t in sub.tasks]
+    else:
+        calls = [TrainTask(t.job, t.settings, str(sub.run_dir)) for t in sub.tasks]
     return _queue(sub, calls, chunk_size, on_queued)
 
 

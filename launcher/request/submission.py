@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from launcher.cluster.slurm import sbatch
+from launcher.cluster.slurm import sbatch, torchrun
 from launcher.config.profile import Profile
 from launcher.rundir.layout import log_dir, task_dir
 from trainer.config.job import JobConfig, RunSettings, data_folder
@@ -81,6 +81,8 @@ class Submission:
             "profile": asdict(self.profile), "job": asdict(first.job), "settings": asdict(first.settings),
             "executor_parameters": self.parameters,
             "sweep_overrides": [t.overrides for t in self.tasks] if self.is_array else None,
+            **({"torchrun": torchrun.preview(self.profile.nodes, self.profile.tasks_per_node)}
+               if self.profile.launch == "torchrun" else {}),
         }
 
 
@@ -91,9 +93,12 @@ def slurm_request(profile: Profile, job_name: str, after: list[str] | None = Non
     # A container sees the run folder (pickles, checkpoints, results) and the code as on the host.
     binds = [*profile.container_binds, str(CODE_ROOT), *([str(run_dir)] if run_dir else [])] \
         if profile.container else []
+    # torchrun: one SLURM task per node holds the CPUs (and GPUs) of all its processes.
+    per_node = profile.tasks_per_node if profile.launch == "torchrun" else 1
     return sbatch.SlurmRequest(
-        job_name=job_name, nodes=profile.nodes, tasks_per_node=profile.tasks_per_node,
-        cpus_per_task=profile.cpus_per_task, time_min=profile.time_min, gpus_per_node=profile.gpus_per_node,
+        job_name=job_name, nodes=profile.nodes, tasks_per_node=profile.tasks_per_node // per_node,
+        cpus_per_task=profile.cpus_per_task * per_node, time_min=profile.time_min, gpus_per_node=profile.gpus_per_node,
+        gpu_type=profile.gpu_type, gpus_per_task=profile.gpus_per_task, gpu_request=profile.gpu_request,
         mem_per_node_mb=profile.mem_per_node_mb, partition=profile.partition, account=profile.account,
         qos=profile.qos, constraint=profile.constraint, signal=profile.signal, signal_delay_s=profile.signal_delay_s,
         array_parallelism=profile.array_parallelism, env=dict(profile.env), setup=list(profile.setup),

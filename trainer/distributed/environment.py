@@ -136,6 +136,19 @@ INHERITED_NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROU
 KEEP = ("SLURM_CONF",)
 
 
+def gpu_index(local_rank: int, visible: int) -> int:
+    """The CUDA device index a rank trains on among the `visible` GPUs it sees: its own GPU in every
+    shape. SLURM either binds each task to one GPU (CUDA_VISIBLE_DEVICES holds one: index 0) or shows
+    every task the node's GPUs (index LOCAL_RANK)."""
+    return local_rank % visible
+
+
+def own_gpu(local_rank: int, cuda_visible_devices: str | None) -> str | None:
+    """The GPU (its id in CUDA_VISIBLE_DEVICES) a rank trains on; None where no list is set."""
+    ids = [d for d in (cuda_visible_devices or "").split(",") if d.strip()]
+    return ids[gpu_index(local_rank, len(ids))] if ids else None
+
+
 def scrubbed(env: Mapping[str, str]) -> dict[str, str]:
     """`env` without the variables of an enclosing job (pure; used before submitting a new job)."""
     return {

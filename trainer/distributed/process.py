@@ -16,7 +16,7 @@ import torch.distributed as dist
 # for good: destroy_process_group could never free it, and its threads would outlive the interpreter.
 import torch.distributed.nn  # noqa: F401
 
-from trainer.distributed import threads
+from trainer.distributed import environment, threads
 from trainer.distributed.environment import DistEnv
 
 
@@ -51,7 +51,7 @@ def pick_device(use_gpus: bool, env: DistEnv) -> torch.device:
             f"(rank {env.rank}); use a CPU profile or set --set profile.gpus_per_node=0")
     count = torch.cuda.device_count()
     # SLURM may hide all but the task's own GPU(s) with CUDA_VISIBLE_DEVICES.
-    index = env.local_rank % count
+    index = environment.gpu_index(env.local_rank, count)
     torch.cuda.set_device(index)
     # Fixed input shapes: let cuDNN pick the fastest convolution algorithms once; TF32 for any
     # float32 matmul left outside bf16 autocast.

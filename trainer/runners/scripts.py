@@ -59,8 +59,10 @@ def child_environment(env: DistEnv, settings: RunSettings, restarts: int, thread
     (torch.distributed.elastic.agent.server.local_elastic_agent, one role "default") for this rank,
     and the thread variables at this rank's thread count (trainer.distributed.threads)."""
     out = dict(os.environ if base is None else base)
-    # Never the agent's store: there is no agent, and env:// then has rank 0 serve the store itself.
-    out.pop("TORCHELASTIC_USE_AGENT_STORE", None)
+    # The agent's store only under a torchrun agent (launch: torchrun, or the user's torchrun), which
+    # serves it on MASTER_PORT; otherwise there is none, and env:// has rank 0 serve the store itself.
+    if "TORCHELASTIC_RUN_ID" not in out:
+        out.pop("TORCHELASTIC_USE_AGENT_STORE", None)
     out.update(RANK=str(env.rank), WORLD_SIZE=str(env.world_size), LOCAL_RANK=str(env.local_rank),
                LOCAL_WORLD_SIZE=str(env.local_world_size), GROUP_RANK=str(env.node_rank),
                GROUP_WORLD_SIZE=str(env.num_nodes), ROLE_RANK=str(env.rank), ROLE_WORLD_SIZE=str(env.world_size),

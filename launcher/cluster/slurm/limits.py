@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.cluster.said import last_line
-from launcher.cluster.slurm import capacity
+from launcher.cluster.slurm import capacity, gres
 from launcher.cluster.slurm.env import slurm_env
 from launcher.cluster.slurm.sbatch import SlurmRequest
 from trainer.config.schema import ConfigError
@@ -39,6 +39,12 @@ class Node:
     cpus: int
     memory_mb: int
     gpus: int
+    # GPUs by GRES type ("": untyped), e.g. {"a100": 8} for Gres=gpu:a100:8.
+    gpu_types: tuple[tuple[str, int], ...] = ()
+
+    def gpus_of(self, gpu_type: str) -> int:
+        """The node's GPUs of `gpu_type` ("": of any type)."""
+        return sum(n for t, n in self.gpu_types if t == gpu_type) if gpu_type else self.gpus
 
 
 @dataclass(frozen=True)
@@ -129,16 +135,6 @@ def _limit(text: str | None) -> int | None:
     return int(text)
 
 
-def gpu_count(gres: str) -> int:
-    """GPUs in a node's Gres field: "gpu:4", "gpu:a100:8(S:0-1)", "gpu:2,shard:8" -> 4, 8, 2."""
-    total = 0
-    for item in re.split(r",(?![^(]*\))", gres or ""):
-        parts = item.split("(")[0].split(":")
-        if parts[0] == "gpu" and len(parts) >= 2 and parts[-1].isdigit():
-            total += int(parts[-1])
-    return total
-
-
 def parse_nodes(text: str) -> dict[str, tuple[Node, list[str]]]:
     """Node name -> (node, partitions it belongs to)."""
     nodes: dict[str, tuple[Node, list[str]]] = {}
@@ -146,7 +142,8 @@ def parse_nodes(text: str) -> dict[str, tuple[Node, list[str]]]:
         if "NodeName" not in rec:
             continue
         cpus = int(rec.get("CPUEfctv") or rec.get("CPUTot") or 0)
-        node = Node(rec["NodeName"], cpus, int(rec.get("RealMemory") or 0), gpu_count(rec.get("Gres", "")))
+        text = rec.get("Gres", "")
+        node = Node(rec["NodeName"], cpus, int(rec.get("RealMemory") or 0), gres.gpu_count(text), gres.gpu_types(text))
         nodes[node.name] = (node, [p for p in rec.get("Partitions", "").split(",") if p])
     return nodes
 
@@ -217,6 +214,7 @@ def check_request(profile: SlurmRequest, partitions: dict[str, Partition], sourc
         if profile.gpus_per_node > most_gpus:
             raise ConfigError(f"profile.gpus_per_node: {profile.gpus_per_node} exceeds the {most_gpus} GPU(s) "
                               f"(GRES gpu) of {where}'s largest node ({source})")
+        gres.check_gpu_type(profile.gpu_type, profile.gpus_per_node, part.name, part.nodes, source)
     cpus = profile.tasks_per_node * profile.cpus_per_task
     most_cpus = max(n.cpus for n in part.nodes)
     if part.max_cpus_per_node is not None:
@@ -233,7 +231,7 @@ def check_request(profile: SlurmRequest, partitions: dict[str, Partition], sourc
                           f"({source})")
     # Each check above passes on some node; the request needs `nodes` nodes that pass all of them.
     fitting = [n for n in part.nodes
-               if n.cpus >= cpus and n.memory_mb >= mem_mb and n.gpus >= profile.gpus_per_node]
+               if n.cpus >= cpus and n.memory_mb >= mem_mb and n.gpus_of(profile.gpu_type) >= profile.gpus_per_node]
     if len(fitting) < profile.nodes:
         raise ConfigError(f"profile.nodes: {profile.nodes} node(s) with {cpus} CPUs, {mem_mb} MB and "
                           f"{profile.gpus_per_node} GPU(s) each, but only {len(fitting)} node(s) of {where} "

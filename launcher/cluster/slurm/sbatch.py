@@ -34,6 +34,9 @@ class SlurmRequest:
     cpus_per_task: int
     time_min: int
     gpus_per_node: int = 0
+    gpu_type: str = ""  # the GRES type ("": any GPU)
+    gpus_per_task: int = 0  # 0: not asked
+    gpu_request: str = "gpus"  # "gpus": --gpus-per-node/--gpus-per-task; "gres": --gres=gpu[:type]:N
     mem_per_node_mb: int = 0  # 0: the partition's default
     partition: str = ""
     account: str = ""
@@ -96,6 +99,27 @@ def check_one_line(values: dict[str, str]) -> None:
                               f"SLURM options are single-line text")
 
 
+def gpu_parameters(req: SlurmRequest) -> dict[str, Any]:
+    """The GPU lines in the request style the profile chose (sites differ in which they accept):
+    `--gres=gpu[:type]:N` per node, or `--gpus-per-node=[type:]N` and `--gpus-per-task=[type:]N`."""
+    if not req.gpus_per_node:
+        return {}
+    typed = f"{req.gpu_type}:" if req.gpu_type else ""
+    if req.gpu_request == "gres":
+        return {"gres": f"gpu:{typed}{req.gpus_per_node}"}
+    out: dict[str, Any] = {"gpus_per_node": f"{typed}{req.gpus_per_node}" if typed else req.gpus_per_node}
+    if req.gpus_per_task:
+        out["gpus_per_task"] = f"{typed}{req.gpus_per_task}" if typed else req.gpus_per_task
+    return out
+
+
+def gpu_srun_args(req: SlurmRequest) -> list[str]:
+    """One GPU per task made explicit on srun. SLURM 22.05 drops a typed `--gpus-per-task=a100:1` when
+    srun inherits it from the batch step (the tasks get no CUDA_VISIBLE_DEVICES at all), and --gres
+    has no per-task form; `--gpu-bind=single:1` binds each task to its own GPU in both styles."""
+    return ["--gpu-bind=single:1"] if req.gpus_per_node and req.gpus_per_task == 1 else []
+
+
 def parameters(req: SlurmRequest) -> dict[str, Any]:
     """submitit's SlurmExecutor parameters (SLURM's names) for `req`."""
     check_one_line({"job.name": req.job_name, "profile.constraint": req.constraint,
@@ -104,11 +128,10 @@ def parameters(req: SlurmRequest) -> dict[str, Any]:
         "job_name": req.job_name, "time": req.time_min, "nodes": req.nodes,
         "ntasks_per_node": req.tasks_per_node, "cpus_per_task": req.cpus_per_task,
         "signal_delay_s": req.signal_delay_s, "setup": setup_lines(req),
-        "srun_args": [*SRUN_ARGS, *container_srun_args(req)], "array_parallelism": req.array_parallelism,
+        "srun_args": [*SRUN_ARGS, *gpu_srun_args(req), *container_srun_args(req)], "array_parallelism": req.array_parallelism,
         "stderr_to_stdout": False, "additional_parameters": {"requeue": True, **req.sbatch_extra},
     }
-    if req.gpus_per_node:
-        params["gpus_per_node"] = req.gpus_per_node
+    params.update(gpu_parameters(req))
     if req.mem_per_node_mb:
         params["mem"] = f"{req.mem_per_node_mb}M"
     for key in ("partition", "account", "qos", "constraint"):

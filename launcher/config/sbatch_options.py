@@ -1,0 +1,63 @@
+"""sbatch options a profile may not set through `sbatch_extra`: those it models with its own keys,
+and those that no profile can use because they break the run (its batch script, or the SLURM
+commands that follow the job)."""
+
+from __future__ import annotations
+
+# sbatch options the profile models, and the profile key that sets each. An `sbatch_extra` line
+# for one of them would make SLURM start another world size, time limit or log path than the
+# trainer and the run folder expect. sbatch accepts unique prefixes of long options ("--node=3"),
+# so a key that abbreviates one of these is refused too.
+MODELLED_SBATCH_OPTIONS = {
+    "nodes": "nodes", "ntasks": "nodes x tasks_per_node", "ntasks-per-node": "tasks_per_node",
+    "tasks-per-node": "tasks_per_node", "ntasks-per-core": "tasks_per_node", "ntasks-per-socket": "tasks_per_node",
+    "ntasks-per-gpu": "tasks_per_node", "cpus-per-task": "cpus_per_task", "cpus-per-gpu": "cpus_per_task",
+    "mincpus": "cpus_per_task", "gpus": "gpus_per_node", "gpus-per-node": "gpus_per_node",
+    "gpus-per-task": "gpus_per_task", "gpus-per-socket": "gpus_per_node", "gres": "gpus_per_node, gpu_type and gpu_request: gres",
+    "mem": "mem_per_task", "mem-per-cpu": "mem_per_task", "mem-per-gpu": "mem_per_task",
+    "time": "time", "time-min": "time", "partition": "partition", "account": "account", "qos": "qos",
+    "constraint": "constraint", "signal": "signal and signal_delay_s", "array": "the sweep (one array task per point)",
+    "output": "the run folder's logs (submitit's layout)", "error": "the run folder's logs (submitit's layout)",
+    "input": "the run folder's logs (submitit's layout)", "open-mode": "the run folder's logs (submitit's layout)",
+    "job-name": "job.name", "chdir": "the run folder's logs (submitit's layout)",
+    "dependency": "--after", "requeue": "max_timeout_requeues (runs are always requeueable)",
+    "no-requeue": "max_timeout_requeues (runs are always requeueable)", "wrap": "the job script",
+    "distribution": "tasks_per_node (one rank per task)", "export": "env", "get-user-env": "env",
+}
+
+
+
+# Options that would break the run whatever the profile says. -M/--clusters sends the job to
+# another cluster, where the run's squeue, sacct, scancel and `scontrol requeue` (which name no
+# cluster) cannot see it: status would call it lost and a requeue would fail.
+UNSUPPORTED_SBATCH_OPTIONS = {
+    "clusters": "the job would run on another cluster, where this run's squeue, sacct, scancel and scontrol "
+                "calls cannot see it; submit with that cluster's slurm_conf (its own controller) instead",
+    "hetjob": "a heterogeneous job needs '#SBATCH hetjob' separator lines between components, not an option; "
+              "the run is one homogeneous allocation (nodes x tasks_per_node)",
+    "packjob": "the former name of hetjob: a heterogeneous job is not one homogeneous allocation",
+    "parsable": "it changes what sbatch prints, which submitit reads the job id from",
+    "test-only": "sbatch would only estimate a start time and queue nothing",
+    "wait": "sbatch would block the submitter until the job ends (use --wait or `wait: true`)",
+    "help": "sbatch would print its help and queue nothing", "usage": "sbatch would print its usage and queue nothing",
+    "version": "sbatch would print its version and queue nothing",
+}
+
+
+def _lookup(table: dict[str, str], key: str) -> str | None:
+    """table's entry for sbatch option --KEY or for the options KEY abbreviates (sbatch accepts
+    unique prefixes of long options), None if none."""
+    if key in table:
+        return table[key]
+    longer = [name for name in table if name.startswith(key)]
+    return " / ".join(dict.fromkeys(table[n] for n in longer)) if longer else None
+
+
+def modelled_sbatch_option(key: str) -> str | None:
+    """The profile key behind sbatch option --KEY (or an abbreviation of one), None if it has none."""
+    return _lookup(MODELLED_SBATCH_OPTIONS, key)
+
+
+def unsupported_sbatch_option(key: str) -> str | None:
+    """Why sbatch option --KEY (or an abbreviation of one) cannot be used by any profile, None if it can."""
+    return _lookup(UNSUPPORTED_SBATCH_OPTIONS, key)

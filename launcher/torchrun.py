@@ -1,0 +1,157 @@
+"""The `launch: torchrun` shape on the node: one SLURM task per node runs torchrun, whose processes
+are the ranks (`python -m launcher.torchrun SPEC` each: the same dispatcher as the tasks shape).
+
+How the guarantees hold here:
+- Ranks and rendezvous: torchrun's variables (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT,
+  TORCHELASTIC_RUN_ID = the job id) are what `trainer.distributed.environment` reads first.
+- Fail-fast: `--max-restarts=0`; a rank that dies makes its agent end the node's other workers and
+  exit non-zero; this task then fails naming that rank (its error file), and srun's
+  --kill-on-bad-exit ends the other nodes.
+- Stops: the stop signal is ignored by this process and the agent (ignored dispositions survive
+  exec, so the agent is not killed by USR2), and caught by the workers, which stop together at a
+  step boundary; rank 0 checkpoints and leaves a note; node task 0 then asks submitit to requeue
+  (its countdown, its `scontrol requeue`), as `launcher.node.SubmititRequeue` does in the tasks shape.
+- Per-rank logs: each worker appends its stdout/stderr to submitit's file of its rank
+  (`JOB_RANK_log.out/err`), so `logs --rank R` reads rank R (ranks below the node count share
+  theirs with that node's agent lines).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from submitit.helpers import Checkpointable
+
+from launcher.cluster.slurm import torchrun as torchrun_cmd
+from launcher.rundir.outcomes import SYMPTOMS
+from trainer.config.job import JobConfig, RunSettings
+
+RESULTS_DIR = "torchrun"
+
+
+def _job_id(env: dict[str, str] | os._Environ[str]) -> str:
+    if env.get("SLURM_ARRAY_JOB_ID"):
+        return f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"
+    return env["SLURM_JOB_ID"]
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())  # type: ignore[no-any-return]
+    except (OSError, ValueError):
+        return None
+
+
+class TorchrunTask(Checkpointable):
+    """One node's task: run torchrun with `nproc` workers and return rank 0's result (node task 0)."""
+
+    def __init__(self, job: JobConfig, settings: RunSettings, nproc: int, run_root: str = "") -> None:
+        self.job, self.settings, self.nproc = job, settings, nproc
+        self.run_root = run_root or settings.run_dir
+
+    def __call__(self) -> dict[str, Any]:
+        from submitit.core.job_environment import JobEnvironment
+
+        from launcher.node import TERMINATED_EXIT_CODE, SubmititRequeue, drop_stale_result, private_and_coreless
+        from trainer.distributed import environment, hostlist
+
+        private_and_coreless()
+        drop_stale_result()
+        env = os.environ
+        job_id, node_id = _job_id(env), int(env.get("SLURM_NODEID", "0"))
+        nodes = hostlist.expand(env["SLURM_JOB_NODELIST"])
+        paths = JobEnvironment().paths
+        results = Path(paths.folder) / RESULTS_DIR
+        results.mkdir(exist_ok=True)
+        if node_id == 0:
+            for old in results.glob("rank-*.json"):  # an earlier attempt's (a requeue reuses the folder)
+                old.unlink(missing_ok=True)
+        spec = Path(paths.folder) / f"torchrun-{node_id}.pkl"
+        with open(spec, "wb") as out:
+            pickle.dump({"job": self.job, "settings": self.settings, "results": str(results),
+                         "folder": str(paths.folder), "job_id": str(paths.job_id)}, out)
+        requeue = SubmititRequeue.current()
+        signum = signal.Signals[f"SIG{self.settings.stop_signal}"]
+        previous = signal.signal(signum, signal.SIG_IGN)  # inherited by torchrun's agent (see module doc)
+        cmd = torchrun_cmd.command(sys.executable, len(nodes), self.nproc, nodes[0],
+                                   environment.port_for_job(job_id), job_id, str(spec), node_id == 0)
+        print(f"[torchrun] node {node_id} ({nodes[node_id]}): {' '.join(cmd)}", flush=True)
+        code = subprocess.run(cmd, check=False).returncode
+        signal.signal(signum, previous)
+        ranks = {int(p.stem.split("-")[1]): _read(p) or {} for p in results.glob("rank-*.json")}
+        first = ranks.get(0, {})
+        if code == 0:  # node task 0 returns rank 0's result (the run's); the others their first rank's
+            mine = [r for r in ranks.values() if r.get("node") == node_id and r.get("local_rank") == 0]
+            return dict((first if node_id == 0 else (mine or [{}])[0]).get("result") or {})
+        if first.get("stop") == "requeue" and node_id == 0 and requeue is not None:
+            decision = requeue(self.settings.stop_signal)
+            print(f"[task] stopped at step {first.get('step')} on SIG{self.settings.stop_signal}: "
+                  f"checkpointed; requeue: {decision}", flush=True)
+            raise SystemExit(decision.get("exit_code", 1))
+        if any(r.get("stop") for r in ranks.values()):
+            raise SystemExit(TERMINATED_EXIT_CODE)
+        # The cause first: peers of a dead rank fail too, on closed connections, sometimes sooner
+        # than the dead rank has written its note (its own teardown closes those connections).
+        failed = sorted((r for r in ranks.items() if r[1].get("error")),
+                        key=lambda r: (any(s in r[1]["error"] for s in SYMPTOMS), r[1].get("time", 0)))
+        if failed:
+            rank, info = failed[0]
+            raise RuntimeError(f"rank {rank} failed: {info['error']}\n{info.get('traceback', '')}")
+        raise RuntimeError(f"torchrun on node {nodes[node_id]} exited with status {code} (a rank on another node "
+                           f"failed, or one was killed: see `logs --rank`)")
+
+
+def worker(spec_path: str) -> int:
+    """One rank under torchrun: its logs, the stop protocol, the job, its note for the node's task."""
+    import time
+
+    from submitit.core.utils import JobPaths
+
+    from launcher.node import TrainTask, private_and_coreless
+    from trainer.rank.stopping import StopRequested, StopSignals
+    from trainer.runners import dispatch
+
+    private_and_coreless()
+    with open(spec_path, "rb") as f:
+        spec = pickle.load(f)
+    rank = int(os.environ["RANK"])
+    log = JobPaths(spec["folder"], job_id=spec["job_id"], task_id=rank)
+    for fd, path in ((1, log.stdout), (2, log.stderr)):
+        out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.dup2(out, fd)
+        os.close(out)
+    settings: RunSettings = spec["settings"]
+    stops = StopSignals(settings.stop_signal)
+    stops.install()
+    note = Path(spec["results"]) / f"rank-{rank}.json"
+    TrainTask(spec["job"], settings).announce(settings)  # the attempt's banner in this rank's log
+    where = {"node": int(os.environ.get("SLURM_NODEID", "0")), "local_rank": int(os.environ["LOCAL_RANK"])}
+
+    def wants_requeue(name: str) -> dict[str, Any]:  # rank 0: node task 0 asks submitit (module doc)
+        return {"requeued": True, "exit_code": 3, "reason": "requeue by the node's task"}
+
+    try:
+        result = dispatch.run_job(spec["job"], settings, on_stop=wants_requeue, stops=stops)
+    except StopRequested as stop:
+        note.write_text(json.dumps({"stop": "requeue" if stop.requeued else "terminated", "step": stop.step}))
+        return 3
+    except BaseException as err:
+        note.write_text(json.dumps({"error": f"{type(err).__name__}: {err}", "time": time.time(),
+                                    "traceback": traceback.format_exc()}))
+        raise
+    finally:
+        stops.restore()
+    note.write_text(json.dumps({"result": {**result, "python": sys.executable}, **where}, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(worker(sys.argv[1]))
