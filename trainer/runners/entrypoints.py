@@ -15,7 +15,7 @@ line prints after the line. A traceback through the submitter would say the subm
 The function is called as `fn(ctx, config)` when its signature takes two positional arguments
 (`(ctx, config)`, `(*args, **kwargs)`, `(ctx, config=None)`), else as `fn(ctx)` (`(ctx)`,
 `(ctx, *rest)`). When its config parameter is annotated with a dataclass, `config:` is validated
-against it at any depth (trainer.config.usertypes: nested dataclasses, Path, Enum, tuple, ...; the
+against it at any depth (trainer.runners.usertypes: nested dataclasses, Path, Enum, tuple, ...; the
 same one-line errors as job files) and the function receives the dataclass; otherwise it receives
 the mapping.
 
@@ -41,7 +41,7 @@ from trainer.config.schema import ConfigError
 # Frames from these are the submitter's, not the user's: left out of what a user error shows.
 _OURS = tuple(str(CODE_ROOT / wing) + os.sep for wing in ("trainer", "launcher"))
 _IMPORTLIB = os.path.dirname(importlib.__file__) + os.sep
-_CATTRS = os.sep + "cattrs" + os.sep  # the library that builds a config dataclass (trainer.config.usertypes)
+_CATTRS = os.sep + "cattrs" + os.sep  # the library that builds a config dataclass (trainer.runners.usertypes)
 
 
 def _theirs(filename: str) -> bool:
@@ -144,7 +144,7 @@ def prepare(spec: str, config: dict[str, Any], code_dir: str, source: str) -> tu
     cls = config_class(function)
     if cls is None:
         return function, count, dict(config)
-    from trainer.config import usertypes  # cattrs: loaded only when a user's config is checked (start-up time)
+    from trainer.runners import usertypes  # cattrs: loaded only when a user's config is checked (start-up time)
     try:
         value = usertypes.build(cls, config, source, prefix="config")
     except usertypes.Rejected as err:  # the dataclass's own __post_init__ refused: the user's message
