@@ -15,8 +15,9 @@ line prints after the line. A traceback through the submitter would say the subm
 The function is called as `fn(ctx, config)` when its signature takes two positional arguments
 (`(ctx, config)`, `(*args, **kwargs)`, `(ctx, config=None)`), else as `fn(ctx)` (`(ctx)`,
 `(ctx, *rest)`). When its config parameter is annotated with a dataclass, `config:` is validated
-against it (the same one-line errors as job files) and the function receives the dataclass;
-otherwise it receives the mapping.
+against it at any depth (trainer.runners.usertypes: nested dataclasses, Path, Enum, tuple, ...; the
+same one-line errors as job files) and the function receives the dataclass; otherwise it receives
+the mapping.
 
 No torch at import time: the submitter imports this to check a job (importing the user's module
 may import torch itself: that is the check's cost).
@@ -35,19 +36,19 @@ from collections.abc import Callable
 from typing import Any
 
 from trainer.config.lookup import CODE_ROOT
-from trainer.config.schema import ConfigError, build
-
+from trainer.config.schema import ConfigError
 
 # Frames from these are the submitter's, not the user's: left out of what a user error shows.
 _OURS = tuple(str(CODE_ROOT / wing) + os.sep for wing in ("trainer", "launcher"))
 _IMPORTLIB = os.path.dirname(importlib.__file__) + os.sep
+_CATTRS = os.sep + "cattrs" + os.sep  # the library that builds a config dataclass (trainer.runners.usertypes)
 
 
 def _theirs(filename: str) -> bool:
-    if filename.startswith("<"):  # "<frozen importlib._bootstrap>", a dataclass's generated "<string>" __init__
-        return not (filename.startswith("<frozen importlib") or filename == "<string>")
+    if filename.startswith("<"):  # "<frozen importlib._bootstrap>", a dataclass's generated "<string>" __init__,
+        return not (filename.startswith(("<frozen importlib", "<cattrs")) or filename == "<string>")  # cattrs' code
     path = os.path.abspath(filename)
-    return not (path.startswith(_OURS) or path.startswith(_IMPORTLIB))
+    return not (path.startswith(_OURS) or path.startswith(_IMPORTLIB) or _CATTRS in path)
 
 
 def _drop_our_frames(te: traceback.TracebackException) -> None:
@@ -143,13 +144,12 @@ def prepare(spec: str, config: dict[str, Any], code_dir: str, source: str) -> tu
     cls = config_class(function)
     if cls is None:
         return function, count, dict(config)
+    from trainer.runners import usertypes  # cattrs: loaded only when a user's config is checked (start-up time)
     try:
-        value = build(cls, config, source, prefix="config.")
-    except ConfigError:
-        raise
-    except Exception as err:  # noqa: BLE001 - the dataclass's own __post_init__ refused: the user's message
-        raise user_error(f"{source}: key 'config' has invalid value {dict(config)!r}; {cls.__name__} rejected "
-                         f"it: {type(err).__name__}: {err}", err) from None
+        value = usertypes.build(cls, config, source, prefix="config")
+    except usertypes.Rejected as err:  # the dataclass's own __post_init__ refused: the user's message
+        raise user_error(f"{source}: key '{err.key}' has invalid value {err.value!r}; {err.cls.__name__} rejected "
+                         f"it: {type(err.error).__name__}: {err.error}", err.error) from None
     return function, count, value
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from trainer.config.job import JobConfig, RunSettings, interrupt_steps
-from trainer.distributed import process
+from trainer.distributed import process, usergroup
 from trainer.distributed.environment import DistEnv
 from trainer.rank import rundir, timing
 from trainer.rank.context import Context
@@ -65,7 +65,9 @@ def run_function(call: Call, job: JobConfig, settings: RunSettings, env: DistEnv
             ctx.report.event("restarted_from_scratch", attempt=ctx.restarts + 1)
         start = time.perf_counter()
         try:
-            returned = call.function(ctx, call.config) if call.with_config else call.function(ctx)
+            # Code written for submitit/torchrun forms the group itself: for this world, a no-op (one log line).
+            with usergroup.kept_for_the_tool(lambda line: print(f"[trainer] {line}", flush=True)):  # every rank's log
+                returned = call.function(ctx, call.config) if call.with_config else call.function(ctx)
         finally:
             ctx.close()
         if returned is not None and not isinstance(returned, dict):
