@@ -21,6 +21,7 @@ from trainer.rank import checkpoint, events, timing
 from trainer.rank.reporting import Progress, Reporter
 from trainer.rank.rundir import CHECKPOINTS_DIR
 from trainer.rank.stopping import StopHook, StopProtocol, StopSignals
+from trainer.rank.trackers import TrackerRun
 
 
 class Context:
@@ -60,7 +61,8 @@ class Context:
     # ----- metrics -----------------------------------------------------------------------------
     def log(self, metrics: dict[str, Any], step: int) -> None:
         """Record `metrics` at global `step` (rank 0 writes; call it on every rank, it is cheap):
-        a line in metrics.jsonl and the log, TensorBoard scalars, and the curves `status` draws.
+        a line in metrics.jsonl and the log, TensorBoard scalars, the MLflow and W&B runs (steps an
+        earlier attempt logged are skipped), and the curves `status` draws.
         Values must be numbers or strings; average them over ranks yourself if they differ."""
         # `step` first, unless the metrics place it themselves (the built-in's lines start with the epoch).
         row = {} if "step" in metrics else {"step": int(step)}
@@ -150,8 +152,16 @@ class Context:
             return True
         return False
 
-    def close(self) -> None:
-        self.report.close()
+    @property
+    def trackers(self) -> dict[str, TrackerRun]:
+        """The run's MLflow and W&B runs on rank 0, by name ("mlflow", "wandb"), each a `TrackerRun` with
+        `run_id` and `run` (the `wandb.Run`) or `client` (an `MlflowClient`): for what `log` does not
+        cover (artifacts, tables). The same runs on every attempt; {} on other ranks and without a tracker."""
+        return self.report.tracker_runs
+
+    def close(self, outcome: str = "finished") -> None:
+        """End this attempt: `outcome` is finished, stopped (a requeue follows) or failed."""
+        self.report.close(outcome)
 
 
 def previous_attempts(run_dir: Path) -> int:
