@@ -21,7 +21,7 @@ from trainer.rank import checkpoint, events, timing
 from trainer.rank.reporting import Progress, Reporter
 from trainer.rank.rundir import CHECKPOINTS_DIR
 from trainer.rank.stopping import StopHook, StopProtocol, StopSignals
-from trainer.rank.trackers import TrackerRun
+from trainer.rank.trackers import TrackerRun, Trackers
 
 
 class Context:
@@ -31,13 +31,13 @@ class Context:
                  stops: StopSignals, stop_signal: str = "USR2", on_stop: StopHook | None = None,
                  checkpoint_every_steps: int = 0, keep_checkpoints: int = 3, tensorboard: bool = False,
                  progress_bar: bool = False, log_every_steps: int = 50,
-                 interrupts: frozenset[int] | set[int] = frozenset()) -> None:
+                 interrupts: frozenset[int] | set[int] = frozenset(), trackers: Trackers | None = None) -> None:
         self.env, self.device, self.config = env, device, config
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.checkpoint_every_steps, self.keep_checkpoints = checkpoint_every_steps, keep_checkpoints
         self.ranks = Ranks(env)
-        self.report = Reporter(self.run_dir, env, tensorboard, progress_bar, log_every_steps)
+        self.report = Reporter(self.run_dir, env, tensorboard, progress_bar, log_every_steps, trackers)
         self._stopper = StopProtocol(stops, stop_signal, on_stop, self.ranks, self.report, interrupts)
         self._objects: dict[str, Any] = {}
         self._per_rank: dict[str, Any] = {}

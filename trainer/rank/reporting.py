@@ -19,7 +19,7 @@ from tqdm import tqdm
 from trainer.distributed.environment import DistEnv
 from trainer.rank import events
 from trainer.rank.rundir import METRICS_FILE, TENSORBOARD_DIR
-from trainer.rank.trackers import RunInfo, TrackerRun, Trackers
+from trainer.rank.trackers import TrackerRun, Trackers
 
 
 class Reporter:
@@ -27,16 +27,11 @@ class Reporter:
     it ends."""
 
     def __init__(self, run_dir: Path, env: DistEnv, tensorboard: bool, progress_bar: bool,
-                 log_every_steps: int) -> None:
+                 log_every_steps: int, trackers: Trackers | None = None) -> None:
         self.run_dir, self.job_id, self.main = run_dir, env.job_id, env.is_main
         self.tensorboard, self.progress_bar, self.log_every_steps = tensorboard, progress_bar, log_every_steps
         self._writer: Any = None  # torch.utils.tensorboard.SummaryWriter, opened at the first epoch
-        self._trackers: Trackers | None = None
-
-    def open_trackers(self, config: Any, info: RunInfo) -> None:
-        """Rank 0 opens (or resumes) the run's MLflow and W&B runs (`config`: a TrackerConfig)."""
-        if self.main and config is not None and (config.mlflow or config.wandb):
-            self._trackers = Trackers(self.run_dir, config, info)
+        self._trackers = trackers if self.main else None  # rank 0's MLflow/W&B runs (trainer.rank.trackers)
 
     @property
     def tracker_runs(self) -> dict[str, TrackerRun]:

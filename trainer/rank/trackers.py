@@ -107,7 +107,7 @@ class Trackers:
         run_id = self.state.get("wandb", {}).get("id") or derived_id(self.run_dir)
         run = wandb.init(id=run_id, resume="allow", project=config.project or info.name, entity=config.entity or None,
                          mode=config.mode, dir=str(self.run_dir), name=label, group=info.sweep or None,
-                         config=params, settings=wandb.Settings(console="off", silent=True))
+                         config=params, settings=_wandb_settings(wandb))
         run.config.update({k.replace("ddp_submit.", ""): v for k, v in tags.items()}, allow_val_change=True)
         self.state["wandb"] = {"id": run.id, "mode": config.mode}
         return TrackerRun("wandb", run.id, run=run)
@@ -130,7 +130,8 @@ class Trackers:
         self._save()
 
     def close(self, outcome: str) -> None:
-        """End this attempt: `finished`, `stopped` (a requeue follows: the run stays open) or `failed`."""
+        """End this attempt: `finished`, `stopped` (a requeue follows: the run stays open) or `failed`.
+        A second call does nothing."""
         if "mlflow" in self.runs:
             status = {"finished": "FINISHED", "failed": "FAILED"}.get(outcome, "KILLED")
             self._mlflow_client.set_terminated(self.runs["mlflow"].run_id, status=status)
@@ -145,6 +146,16 @@ class Trackers:
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(self.state, indent=1) + "\n", encoding="utf-8")
         tmp.replace(self.path)  # atomic: a kill mid-write leaves the previous state
+
+
+def _wandb_settings(wandb: Any) -> Any:
+    """Quiet, and no system probes: the run's log already holds the console, and W&B's machine, git and
+    stats probes cost rank 0 seconds per attempt (the other ranks wait at the next collective)."""
+    try:
+        return wandb.Settings(console="off", silent=True, x_disable_stats=True, x_disable_meta=True,
+                              x_disable_machine_info=True, disable_git=True, save_code=False)
+    except Exception:  # pydantic's ValidationError: a W&B release without these private settings
+        return wandb.Settings(console="off", silent=True)
 
 
 def derived_id(run_dir: Path) -> str:

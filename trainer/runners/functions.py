@@ -13,6 +13,7 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -23,9 +24,9 @@ from trainer.config.trackers import merged
 from trainer.distributed import process
 from trainer.distributed.environment import DistEnv
 from trainer.rank import rundir, timing
-from trainer.rank.context import Context
+from trainer.rank.context import Context, previous_attempts
 from trainer.rank.stopping import StopHook, StopRequested, StopSignals
-from trainer.rank.trackers import RunInfo
+from trainer.rank.trackers import RunInfo, Trackers
 from trainer.runners import entrypoints
 from trainer.runners.envelope import envelope
 
@@ -52,19 +53,24 @@ def run_function(call: Call, job: JobConfig, settings: RunSettings, env: DistEnv
     metrics in the result envelope (trainer.runners.envelope)."""
     threads = process.set_threads(settings.threads)
     device = process.pick_device(settings.use_gpus, env)
-    with process_group(env, device, settings.init_timeout_s, settings.collective_timeout_s):
+    # The submitter merged the job's and the profile's; `python -m trainer` has only the job's.
+    trackers = settings.tracker if settings.tracker.names() else merged(job.tracker, None, job.tensorboard)
+    # Rank 0 opens the MLflow/W&B runs before the group forms: their imports and start-up take seconds,
+    # which the other ranks wait out in the rendezvous (init_timeout_s), not in a collective (45 s).
+    opened = None
+    if env.is_main and (trackers.mlflow or trackers.wandb):
+        attempt = previous_attempts(Path(settings.run_dir)) + 1
+        opened = Trackers(Path(settings.run_dir), trackers, tracker_info(job, settings, env, attempt))
+    with closed_on_error(opened), process_group(env, device, settings.init_timeout_s, settings.collective_timeout_s):
         timing.mark("process_group")
         every = settings.checkpoint_every_steps if job.checkpoint_every_steps is None else job.checkpoint_every_steps
         if job.deterministic and device.type == "cpu":
             torch.use_deterministic_algorithms(True, warn_only=True)
         torch.manual_seed(job.seed)  # the same start on every rank unless the function seeds itself
-        # The submitter merged the job's and the profile's; `python -m trainer` has only the job's.
-        trackers = settings.tracker if settings.tracker.names() else merged(job.tracker, None, job.tensorboard)
         ctx = Context(env, device, settings.run_dir, call.config, stops=stops, stop_signal=settings.stop_signal,
                       on_stop=on_stop, checkpoint_every_steps=every, keep_checkpoints=job.keep_checkpoints,
                       tensorboard=trackers.tensorboard, progress_bar=settings.progress_bar,
-                      log_every_steps=job.log_every_steps, interrupts=interrupt_steps(job))
-        ctx.report.open_trackers(trackers, tracker_info(job, settings, env, ctx.restarts + 1))
+                      log_every_steps=job.log_every_steps, interrupts=interrupt_steps(job), trackers=opened)
         ctx.report.log(f"{job.name}: {call.name} on {env.world_size} rank(s) via {env.launcher}, device {device}"
                        + (f", attempt {ctx.restarts + 1}" if ctx.restarts else ""))
         if ctx.restarts and not rundir.has_checkpoint(ctx.run_dir):
@@ -85,6 +91,22 @@ def run_function(call: Call, job: JobConfig, settings: RunSettings, env: DistEnv
         metrics = {**ctx.last_metrics, **(returned or {})}
         ctx.report.event("finished", step=metrics.get("step"))
         return envelope(metrics, env, settings.run_dir, threads, start, resumed_from=ctx.resumed_from)
+
+
+@contextlib.contextmanager
+def closed_on_error(trackers: Trackers | None) -> Iterator[None]:
+    """The tracker runs end with the attempt however it ends, also before the Context owns them
+    (`Trackers.close` is idempotent: the Context's close comes first when there is one)."""
+    try:
+        yield
+    except StopRequested:
+        if trackers is not None:
+            trackers.close("stopped")
+        raise
+    except BaseException:
+        if trackers is not None:
+            trackers.close("failed")
+        raise
 
 
 def tracker_info(job: JobConfig, settings: RunSettings, env: DistEnv, attempt: int) -> RunInfo:
