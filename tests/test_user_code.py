@@ -120,9 +120,12 @@ def test_user_function_stopped_four_times_in_process_ends_bitwise_identical(tmp_
 
 def test_user_function_requeued_twice_on_local_ranks_ends_bitwise_identical(tmp_path: Path) -> None:
     (tmp_path / "tiny.yaml").write_text(JOB)
+    # The stopped run also feeds MLflow (file store) and W&B (offline): one tracker run across its 3 attempts.
+    (tmp_path / "tracked.yaml").write_text(JOB + TRACKED)
     reference = run_submit(["--job", "tiny.yaml", "--json"], cwd=tmp_path)
     assert reference.returncode == 0, reference.stderr[-3000:]
-    proc = run_submit(["--job", "tiny.yaml", "--set", "job.interrupt_at=10,30", "--json"], cwd=tmp_path)
+    proc = run_submit(["--job", "tracked.yaml", "--set", "job.interrupt_at=10,30", "--json"], cwd=tmp_path, timeout=600,
+                      env={"MLFLOW_ALLOW_FILE_STORE": "true", "WANDB_SILENT": "true"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = last_json(proc.stdout)
     assert result["restarts"] == 2
@@ -132,6 +135,30 @@ def test_user_function_requeued_twice_on_local_ranks_ends_bitwise_identical(tmp_
     assert [e["step"] for e in log if e["event"] == "resumed"] == [10, 30]
     assert same_weights(ref_dir / "weights.pt", run_dir / "weights.pt")
     assert logged(ref_dir) == logged(run_dir)
+    assert_one_tracker_run(run_dir, result["job_id"], logged(run_dir))
+
+
+TRACKED = """tracker:
+  mlflow: {}
+  wandb: {project: tiny, mode: offline}
+"""
+
+
+def assert_one_tracker_run(run_dir: Path, job_id: str, rows: list[dict[str, Any]]) -> None:
+    """Read back with MLflow's own client and from W&B's offline files: one run, each step once, as logged."""
+    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=(run_dir.parent / "mlruns").as_uri())
+    (run,) = client.search_runs([client.get_experiment_by_name("tiny").experiment_id])
+    assert run.info.status == "FINISHED" and run.info.run_name == run_dir.name
+    history = client.get_metric_history(run.info.run_id, "train_loss")
+    assert [(m.step, m.value) for m in sorted(history, key=lambda m: m.step)] == \
+        [(r["step"], r["train_loss"]) for r in rows]
+    assert run.data.params == {"lr": "0.1", "epochs": "3", "profile": "local"}
+    assert run.data.tags["ddp_submit.attempts"] == "3" and run.data.tags["ddp_submit.job_ids"] == job_id
+    offline = sorted((run_dir / "wandb").glob("offline-run-*"))
+    assert len(offline) == 3 and len({p.name.rsplit("-", 2)[-1] for p in offline}) == 1
 
 
 def test_the_same_function_runs_under_plain_torchrun_through_init(tmp_path: Path) -> None:

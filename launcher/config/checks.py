@@ -9,6 +9,7 @@ from pathlib import Path
 from launcher.config.profile import Profile
 from trainer.config.job import JobConfig, data_folder
 from trainer.config.schema import ConfigError
+from trainer.config.trackers import merged, missing_libraries
 
 CIFAR_FOLDER = "cifar-10-batches-py"
 
@@ -23,6 +24,7 @@ def check_local(profile: Profile, job: JobConfig, source: str, job_source: str =
     if profile.executor == "local" and profile.python:
         check_python(profile.python, source)
     check_data(profile, job)
+    check_trackers(profile, job, source, job_source)
     if job.entrypoint:
         check_entrypoint(job, job_source)
     if job.script:
@@ -52,6 +54,14 @@ def script_path(job: JobConfig, source: str = "") -> str:
             return str(path.resolve())
     raise ConfigError(f"{source or f'job {job.name!r}'}: key 'script' has invalid value {job.script!r}; no such "
                       f"file (a path to a Python file; looked in " + ", ".join(str(p.parent) for p in tried) + ")")
+
+
+def check_trackers(profile: Profile, job: JobConfig, source: str, job_source: str) -> None:
+    """Each tracker the run feeds has its library here (rank 0 imports it; the nodes run this Python)."""
+    for name, extra in missing_libraries(merged(job.tracker, profile.tracker, job.tensorboard)):
+        where = job_source if (job.tracker and getattr(job.tracker, name)) or name == "tensorboard" else source
+        raise ConfigError(f"{where}: key 'tracker.{name}' names a tracker whose library is not installed "
+                          f"(python -m pip install 'ddp-submit[{extra}]', or remove the key)")
 
 
 def check_entrypoint(job: JobConfig, source: str) -> None:

@@ -17,6 +17,7 @@ from trainer.config import values
 from trainer.config.files import FileKind, Renamed
 from trainer.config.lookup import CODE_ROOT
 from trainer.config.schema import require
+from trainer.config.trackers import TrackerConfig
 
 
 @dataclass
@@ -93,6 +94,9 @@ class Profile:
     slurm_conf: str = ""
     # Extra `#SBATCH --key=value` lines for options the profile has no field for.
     sbatch_extra: dict[str, str] = field(default_factory=dict)
+    # Experiment trackers for every job run with this profile (a job's own `tracker:` wins, tracker by
+    # tracker): trainer.config.trackers.
+    tracker: Optional[TrackerConfig] = None
     init_timeout_s: int = 180
     collective_timeout_s: int = 45
 

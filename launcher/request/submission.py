@@ -17,6 +17,7 @@ from launcher.config.profile import Profile
 from launcher.rundir.layout import log_dir, task_dir
 from trainer.config.job import JobConfig, RunSettings, data_folder
 from trainer.config.lookup import CODE_ROOT
+from trainer.config.trackers import merged
 
 
 @dataclass
@@ -115,8 +116,14 @@ def local_parameters(profile: Profile) -> dict[str, Any]:
             "gpus_per_node": profile.gpus_per_node, "signal_delay_s": profile.signal_delay_s}
 
 
-def run_settings(profile: Profile, job: JobConfig, folder: Path) -> RunSettings:
+def run_settings(profile: Profile, job: JobConfig, folder: Path, task: int = 0,
+                 swept: dict[str, Any] | None = None, run_dir: Path | None = None) -> RunSettings:
     data_dir = Path(data_folder(job, profile.data_dir)).expanduser()
+    run_dir = run_dir or folder
+    tracker = merged(job.tracker, profile.tracker, job.tensorboard)
+    if tracker.mlflow and not tracker.mlflow.uri:
+        # Next to the run folders: every run of the runs_dir in one store, readable offline (`mlflow ui`).
+        tracker.mlflow.uri = (run_dir.resolve().parent / "mlruns").as_uri()
     return RunSettings(
         run_dir=str(folder), data_dir=str(data_dir.resolve()), use_gpus=profile.gpus_per_node > 0,
         threads=profile.cpus_per_task, checkpoint_every_steps=profile.checkpoint_every_steps,
@@ -124,13 +131,16 @@ def run_settings(profile: Profile, job: JobConfig, folder: Path) -> RunSettings:
         stop_signal=profile.signal,
         progress_bar=profile.executor != "slurm" and sys.stderr.isatty(),
         max_restarts=profile.max_timeout_requeues,
+        tracker=tracker, profile=profile.name, task=task, swept=dict(swept or {}),
+        sweep=run_dir.name if swept is not None else "",
     )
 
 
 def build(profile: Profile, points: list[Point], run_dir: Path, is_sweep: bool,
           after: list[str] | None = None) -> Submission:
     """The whole submission for `points` (one, or one per array task) under `run_dir`. Pure."""
-    tasks = [TaskSpec(p.task, p.job, run_settings(profile, p.job, task_dir(run_dir, p.task, is_sweep)), p.overrides)
+    tasks = [TaskSpec(p.task, p.job, run_settings(profile, p.job, task_dir(run_dir, p.task, is_sweep), p.task,
+                                                  p.overrides if is_sweep else None, run_dir), p.overrides)
              for p in points]
     request = None
     if profile.executor == "slurm":

@@ -108,6 +108,8 @@ def _describe(tp: Any) -> str:
         return " or ".join(_describe(a) for a in typing.get_args(tp))
     if tp is type(None):
         return "null"
+    if dataclasses.is_dataclass(tp):
+        return "a mapping with keys " + ", ".join(field_names(tp))
     if origin is list:
         return f"a list of {_describe(typing.get_args(tp)[0])}"
     if origin is dict:
@@ -135,6 +137,17 @@ def _coerce(value: Any, tp: Any, source: str, key: str) -> Any:
         if value is None:
             return None
         raise bad_value_error(source, key, value, "null")
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        # A nested section (a job's `tracker:`): its own keys and checks, its errors named `key.sub`, and
+        # reported as they are from inside a union (not as "expected null or a mapping").
+        if not isinstance(value, Mapping):
+            raise bad_value_error(source, key, value, _describe(tp))
+        try:
+            return build(tp, value, source, f"{key}.")
+        except _OutOfRange:
+            raise
+        except ConfigError as err:
+            raise _OutOfRange(err) from None
     if origin is list:
         if not isinstance(value, list):
             raise bad_value_error(source, key, value, _describe(tp))

@@ -21,6 +21,7 @@ from trainer.rank import checkpoint, events, timing
 from trainer.rank.reporting import Progress, Reporter
 from trainer.rank.rundir import CHECKPOINTS_DIR
 from trainer.rank.stopping import StopHook, StopProtocol, StopSignals
+from trainer.rank.trackers import TrackerRun, Trackers
 
 
 class Context:
@@ -30,13 +31,13 @@ class Context:
                  stops: StopSignals, stop_signal: str = "USR2", on_stop: StopHook | None = None,
                  checkpoint_every_steps: int = 0, keep_checkpoints: int = 3, tensorboard: bool = False,
                  progress_bar: bool = False, log_every_steps: int = 50,
-                 interrupts: frozenset[int] | set[int] = frozenset()) -> None:
+                 interrupts: frozenset[int] | set[int] = frozenset(), trackers: Trackers | None = None) -> None:
         self.env, self.device, self.config = env, device, config
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.checkpoint_every_steps, self.keep_checkpoints = checkpoint_every_steps, keep_checkpoints
         self.ranks = Ranks(env)
-        self.report = Reporter(self.run_dir, env, tensorboard, progress_bar, log_every_steps)
+        self.report = Reporter(self.run_dir, env, tensorboard, progress_bar, log_every_steps, trackers)
         self._stopper = StopProtocol(stops, stop_signal, on_stop, self.ranks, self.report, interrupts)
         self._objects: dict[str, Any] = {}
         self._per_rank: dict[str, Any] = {}
@@ -60,7 +61,8 @@ class Context:
     # ----- metrics -----------------------------------------------------------------------------
     def log(self, metrics: dict[str, Any], step: int) -> None:
         """Record `metrics` at global `step` (rank 0 writes; call it on every rank, it is cheap):
-        a line in metrics.jsonl and the log, TensorBoard scalars, and the curves `status` draws.
+        a line in metrics.jsonl and the log, TensorBoard scalars, the MLflow and W&B runs (steps an
+        earlier attempt logged are skipped), and the curves `status` draws.
         Values must be numbers or strings; average them over ranks yourself if they differ."""
         # `step` first, unless the metrics place it themselves (the built-in's lines start with the epoch).
         row = {} if "step" in metrics else {"step": int(step)}
@@ -150,8 +152,16 @@ class Context:
             return True
         return False
 
-    def close(self) -> None:
-        self.report.close()
+    @property
+    def trackers(self) -> dict[str, TrackerRun]:
+        """The run's MLflow and W&B runs on rank 0, by name ("mlflow", "wandb"), each a `TrackerRun` with
+        `run_id` and `run` (the `wandb.Run`) or `client` (an `MlflowClient`): for what `log` does not
+        cover (artifacts, tables). The same runs on every attempt; {} on other ranks and without a tracker."""
+        return self.report.tracker_runs
+
+    def close(self, outcome: str = "finished") -> None:
+        """End this attempt: `outcome` is finished, stopped (a requeue follows) or failed."""
+        self.report.close(outcome)
 
 
 def previous_attempts(run_dir: Path) -> int:

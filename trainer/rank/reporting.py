@@ -1,5 +1,5 @@
-"""What rank 0 shows and keeps of a run: log lines, metrics.jsonl, events.jsonl, TensorBoard files
-and the progress bar. On the other ranks every method does nothing, so callers need not ask.
+"""What rank 0 shows and keeps of a run: log lines, metrics.jsonl, events.jsonl, TensorBoard files,
+the MLflow and W&B runs (trainer.rank.trackers) and the progress bar. On the other ranks every method does nothing, so callers need not ask.
 
 TensorBoard (torch.utils.tensorboard) is imported only when the job asks for it: its import costs a
 second or more per rank.
@@ -19,16 +19,23 @@ from tqdm import tqdm
 from trainer.distributed.environment import DistEnv
 from trainer.rank import events
 from trainer.rank.rundir import METRICS_FILE, TENSORBOARD_DIR
+from trainer.rank.trackers import TrackerRun, Trackers
 
 
 class Reporter:
-    """Owns what it opens (the TensorBoard writer): `close()` it when the run ends, however it ends."""
+    """Owns what it opens (the TensorBoard writer, the tracker runs): `close()` it when the run ends, however
+    it ends."""
 
     def __init__(self, run_dir: Path, env: DistEnv, tensorboard: bool, progress_bar: bool,
-                 log_every_steps: int) -> None:
+                 log_every_steps: int, trackers: Trackers | None = None) -> None:
         self.run_dir, self.job_id, self.main = run_dir, env.job_id, env.is_main
         self.tensorboard, self.progress_bar, self.log_every_steps = tensorboard, progress_bar, log_every_steps
         self._writer: Any = None  # torch.utils.tensorboard.SummaryWriter, opened at the first epoch
+        self._trackers = trackers if self.main else None  # rank 0's MLflow/W&B runs (trainer.rank.trackers)
+
+    @property
+    def tracker_runs(self) -> dict[str, TrackerRun]:
+        return dict(self._trackers.runs) if self._trackers else {}
 
     def log(self, message: str) -> None:
         if self.main:
@@ -50,6 +57,8 @@ class Reporter:
                            for k, v in metrics.items() if k not in ("time", "test_count")))
         if self.tensorboard:
             self._scalars(metrics, step)
+        if self._trackers is not None:
+            self._trackers.log(metrics, step)
 
     def _scalars(self, metrics: dict[str, Any], step: int) -> None:
         """Mirror the metrics into run_dir/tensorboard/ at the global step, flushed so that
@@ -70,10 +79,14 @@ class Reporter:
             bar = tqdm(total=total, initial=done, desc=desc, unit="step", leave=False, file=sys.stderr)
         return Progress(self, bar)
 
-    def close(self) -> None:
+    def close(self, outcome: str = "finished") -> None:
+        """`outcome`: finished, stopped (a requeue follows) or failed, as the trackers record it."""
         if self._writer is not None:
             self._writer.close()
             self._writer = None
+        if self._trackers is not None:
+            trackers, self._trackers = self._trackers, None
+            trackers.close(outcome)
 
 
 class Progress:

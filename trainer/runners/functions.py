@@ -9,19 +9,24 @@ user's loop that calls `ctx.step_boundary` requeues and resumes exactly like a b
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from trainer.config.job import JobConfig, RunSettings, interrupt_steps
+from trainer.config.lookup import CODE_ROOT
+from trainer.config.trackers import merged
 from trainer.distributed import process, usergroup
 from trainer.distributed.environment import DistEnv
 from trainer.rank import rundir, timing
-from trainer.rank.context import Context
+from trainer.rank.context import Context, previous_attempts
 from trainer.rank.stopping import StopHook, StopRequested, StopSignals
+from trainer.rank.trackers import RunInfo, Trackers
 from trainer.runners import entrypoints
 from trainer.runners.envelope import envelope
 
@@ -48,7 +53,15 @@ def run_function(call: Call, job: JobConfig, settings: RunSettings, env: DistEnv
     metrics in the result envelope (trainer.runners.envelope)."""
     threads = process.set_threads(settings.threads)
     device = process.pick_device(settings.use_gpus, env)
-    with process_group(env, device, settings.init_timeout_s, settings.collective_timeout_s):
+    # The submitter merged the job's and the profile's; `python -m trainer` has only the job's.
+    trackers = settings.tracker if settings.tracker.names() else merged(job.tracker, None, job.tensorboard)
+    # Rank 0 opens the MLflow/W&B runs before the group forms: their imports and start-up take seconds,
+    # which the other ranks wait out in the rendezvous (init_timeout_s), not in a collective (45 s).
+    opened = None
+    if env.is_main and (trackers.mlflow or trackers.wandb):
+        attempt = previous_attempts(Path(settings.run_dir)) + 1
+        opened = Trackers(Path(settings.run_dir), trackers, tracker_info(job, settings, env, attempt))
+    with closed_on_error(opened), process_group(env, device, settings.init_timeout_s, settings.collective_timeout_s):
         timing.mark("process_group")
         every = settings.checkpoint_every_steps if job.checkpoint_every_steps is None else job.checkpoint_every_steps
         if job.deterministic and device.type == "cpu":
@@ -56,8 +69,8 @@ def run_function(call: Call, job: JobConfig, settings: RunSettings, env: DistEnv
         torch.manual_seed(job.seed)  # the same start on every rank unless the function seeds itself
         ctx = Context(env, device, settings.run_dir, call.config, stops=stops, stop_signal=settings.stop_signal,
                       on_stop=on_stop, checkpoint_every_steps=every, keep_checkpoints=job.keep_checkpoints,
-                      tensorboard=job.tensorboard, progress_bar=settings.progress_bar,
-                      log_every_steps=job.log_every_steps, interrupts=interrupt_steps(job))
+                      tensorboard=trackers.tensorboard, progress_bar=settings.progress_bar,
+                      log_every_steps=job.log_every_steps, interrupts=interrupt_steps(job), trackers=opened)
         ctx.report.log(f"{job.name}: {call.name} on {env.world_size} rank(s) via {env.launcher}, device {device}"
                        + (f", attempt {ctx.restarts + 1}" if ctx.restarts else ""))
         if ctx.restarts and not rundir.has_checkpoint(ctx.run_dir):
@@ -68,13 +81,47 @@ def run_function(call: Call, job: JobConfig, settings: RunSettings, env: DistEnv
             # Code written for submitit/torchrun forms the group itself: for this world, a no-op (one log line).
             with usergroup.kept_for_the_tool(lambda line: print(f"[trainer] {line}", flush=True)):  # every rank's log
                 returned = call.function(ctx, call.config) if call.with_config else call.function(ctx)
-        finally:
-            ctx.close()
+        except StopRequested:
+            ctx.close("stopped")
+            raise
+        except BaseException:
+            ctx.close("failed")
+            raise
+        ctx.close()
         if returned is not None and not isinstance(returned, dict):
             raise TypeError(f"{call.name} returned {type(returned).__name__}; return a dict of metrics or None")
         metrics = {**ctx.last_metrics, **(returned or {})}
         ctx.report.event("finished", step=metrics.get("step"))
         return envelope(metrics, env, settings.run_dir, threads, start, resumed_from=ctx.resumed_from)
+
+
+@contextlib.contextmanager
+def closed_on_error(trackers: Trackers | None) -> Iterator[None]:
+    """The tracker runs end with the attempt however it ends, also before the Context owns them
+    (`Trackers.close` is idempotent: the Context's close comes first when there is one)."""
+    try:
+        yield
+    except StopRequested:
+        if trackers is not None:
+            trackers.close("stopped")
+        raise
+    except BaseException:
+        if trackers is not None:
+            trackers.close("failed")
+        raise
+
+
+def tracker_info(job: JobConfig, settings: RunSettings, env: DistEnv, attempt: int) -> RunInfo:
+    """What the trackers record of this run: your `config:` (an entrypoint's) or the recipe's job keys."""
+    params = dict(job.config) if job.entrypoint else \
+        {k: v for k, v in asdict(job).items() if k not in ("config", "args", "extra", "code_dir", "tracker")}
+    note = CODE_ROOT / "SNAPSHOT.json"  # in the run's code snapshot (launcher/rundir/snapshot.py), when it has one
+    try:
+        commit = str(json.loads(note.read_text(encoding="utf-8")).get("git_commit") or "")
+    except (OSError, ValueError, AttributeError):
+        commit = ""
+    return RunInfo(job.name, params, attempt, env.job_id, settings.profile, settings.sweep, settings.task,
+                   tuple(settings.swept), commit)
 
 
 @contextlib.contextmanager
