@@ -13,7 +13,7 @@ python3 -m launcher.devcluster install
 if ! [ -x /usr/sbin/sshd ] || ! command -v rsync >/dev/null || ! command -v setfacl >/dev/null; then
     # policy-rc.d: the package must not start a system-wide sshd on port 22; the tests run their own.
     [ -e /usr/sbin/policy-rc.d ] || { printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod 755 /usr/sbin/policy-rc.d; own_policy=1; }
-    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends openssh-server openssh-client rsync acl
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends openssh-server openssh-client rsync acl
     [ -z "${own_policy:-}" ] || rm -f /usr/sbin/policy-rc.d
 fi
 python3 -m launcher.devcluster up --nodes 4
