@@ -24,6 +24,8 @@ NOT_RUN = {
         "what tests/run_all.sh runs first (test_the_pip_line_is_the_one_run_all_installs checks they agree)",
     "bash tests/run_all.sh": "the test command itself",
     "python submit.py --profile slurm-gpu --job cifar10": "needs a real SLURM cluster with GPUs",
+    "python submit.py --profile mylab --job digits --wait":
+        "needs an ssh login to a cluster (tests/test_remote.py runs it through a local sshd)",
 }
 # Commands that run on this machine, each with something a user would see in its output.
 LOCAL = {
