@@ -60,4 +60,4 @@ def ssh_login(slurm_cluster: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     try:
         yield server
     finally:
-        server.stop()
+        server.cut()  # its connections too: no shared ssh connection outlives the tests

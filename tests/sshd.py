@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from pathlib import Path
 SSHD = "/usr/sbin/sshd"
 USER = "ddpremote"
 ALIAS = "mylab"
+NORSYNC = "127.0.0.2"
 
 
 @dataclass
@@ -63,11 +65,44 @@ class Server:
             time.sleep(0.05)
         raise RuntimeError("sshd did not listen within 10 s")
 
+    def cut(self) -> None:
+        """Stop the server and every connection it holds (as a network cut or a reboot would)."""
+        if self.process is None:
+            return
+        # Every sshd process under the server (per connection: a privileged one and the user's
+        # own), not the commands they run: on the cluster side those live on, as after a real cut.
+        todo, found = [self.process.pid], []
+        while todo:
+            for child in _children(todo.pop()):
+                todo.append(child)
+                found.append(child)
+        for pid in found:
+            try:
+                if Path(f"/proc/{pid}/comm").read_text().strip() == "sshd":
+                    os.kill(pid, signal.SIGKILL)
+            except (OSError, ProcessLookupError):
+                pass
+        self.stop()
+
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()
             self.process.wait(10)
         self.process = None
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (sshd's per-connection processes)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
 
 
 def _free_port() -> int:
@@ -117,13 +152,19 @@ def make_server(root: Path, slurm_conf: Path) -> Server:
         f"ListenAddress 127.0.0.1\nPort {port}\nHostKey {root / 'host_key'}\nPidFile {root / 'sshd.pid'}\n"
         f"AllowUsers {USER}\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nPubkeyAuthentication yes\n"
         "PermitUserEnvironment yes\nUsePAM no\nStrictModes no\nMaxSessions 50\nMaxStartups 50\n"
-        "Subsystem sftp /usr/lib/openssh/sftp-server\n")
+        "Subsystem sftp /usr/lib/openssh/sftp-server\n"
+        # A second address of the same server is a cluster side without rsync: every command there
+        # runs with a PATH that finds nothing (alias ALIAS-norsync).
+        f"ListenAddress {NORSYNC}\nMatch LocalAddress {NORSYNC}\n"
+        '  ForceCommand /usr/bin/env PATH=/nonexistent /bin/sh -c "$SSH_ORIGINAL_COMMAND"\n')
     known = root / "known_hosts"
-    known.write_text(f"[127.0.0.1]:{port} {(root / 'host_key.pub').read_text().split(' ')[0]} "
-                     f"{(root / 'host_key.pub').read_text().split(' ')[1]}\n")
+    kind, key = (root / "host_key.pub").read_text().split(" ")[:2]
+    known.write_text("".join(f"[{address}]:{port} {kind} {key}\n" for address in ("127.0.0.1", NORSYNC)))
     config = root / "ssh_config"
     config.write_text(
         f"Host {ALIAS}\n  HostName 127.0.0.1\n  Port {port}\n  User {USER}\n  IdentityFile {root / 'client_key'}\n"
         f"  IdentitiesOnly yes\n  UserKnownHostsFile {known}\n  StrictHostKeyChecking yes\n  BatchMode yes\n"
+        f"Host {ALIAS}-norsync\n  HostName {NORSYNC}\n  Port {port}\n  User {USER}\n  IdentityFile {root / 'client_key'}\n"
+        f"  IdentitiesOnly yes\n"
         f"Host *\n  UserKnownHostsFile {known}\n  StrictHostKeyChecking yes\n  BatchMode yes\n")
     return Server(root, port, config, known)

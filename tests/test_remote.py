@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -72,6 +73,7 @@ def test_dry_run_never_connects_and_shows_the_ssh_and_rsync_lines(laptop: Laptop
     ("unknown host key", {"DDP_SUBMIT_SSH": "EMPTY_KNOWN_HOSTS"}, "the host key is unknown or does not match"),
     ("unknown host", {"login": "nosuchhost.invalid"}, "the host name is unknown"),
     ("missing python", {"python": "python9.99"}, "there is no python9.99 on the cluster side's PATH"),
+    ("missing rsync", {"login": "mylab-norsync"}, "rsync is not installed on the cluster side"),
     ("unwritable remote_dir", {"remote_dir": "/proc/ddp"}, "profile.remote_dir '/proc/ddp' cannot be created"),
 ])
 def test_preflight_faults_are_one_error_line_and_queue_nothing(laptop: Laptop, tmp_path: Path, case: str,
@@ -132,6 +134,46 @@ def test_an_unchanged_project_transfers_nothing_and_cancel_works_from_afar(lapto
     newest = laptop.records()[-1]
     cancelled = laptop.run("cancel", str(newest))
     assert cancelled.returncode == 0, cancelled.stderr
-    status = laptop.run("status", str(newest), "--json")
-    states = [json.loads(line)["state"] for line in status.stdout.splitlines() if line.startswith("{")]
-    assert states and all(s.upper().startswith("CANCEL") for s in states), status.stdout + status.stderr
+    assert all(state.startswith("CANCEL") for state in states(laptop, newest))
+    # --resume of the local record resubmits on the cluster side; its new job is what status sees.
+    resumed = laptop.run("--resume", str(newest), "--json")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    new_id = str(json.loads(resumed.stdout.strip().splitlines()[-1])["job_id"])
+    assert new_id not in json.loads((newest / "remote.json").read_text())["job_ids"]
+    assert states(laptop, newest)[0] in ("PENDING", "RUNNING"), "the resumed task is queued again"
+    assert laptop.run("cancel", str(newest)).returncode == 0
+
+
+def states(laptop: Laptop, record: Path) -> list[str]:
+    status = laptop.run("status", str(record), "--json")
+    found = [json.loads(line)["state"].upper() for line in status.stdout.splitlines() if line.startswith("{")]
+    assert found, status.stdout + status.stderr
+    return found
+
+
+def test_a_connection_cut_after_sbatch_loses_nothing(laptop: Laptop) -> None:
+    assert laptop.finished()[0] == 0
+    before = set(laptop.records())
+    waiting = subprocess.Popen(laptop.argv("--profile", "mylab.yaml", "--set", "job.epochs=200", "--wait"),
+                               cwd=laptop.folder, env=laptop.env(), text=True, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    queued = ""
+    while not queued and time.monotonic() < deadline:  # until the cluster side recorded the job id
+        time.sleep(0.5)
+        for record in set(laptop.records()) - before:
+            remote = json.loads((record / "remote.json").read_text())["remote_run_dir"]
+            said = laptop.server.run_remote(  # type: ignore[attr-defined]
+                f"cat {remote}/run.json 2>/dev/null", check=False).stdout
+            queued = str(json.loads(said).get("job_ids") or "") if said.strip() else ""
+    assert queued, "the submission never queued"
+    laptop.server.cut()  # type: ignore[attr-defined]
+    try:
+        _, err = waiting.communicate(timeout=60)
+    finally:
+        waiting.kill()
+    assert waiting.returncode != 0 and "status" in err, err
+    laptop.server.start()  # type: ignore[attr-defined]
+    (record,) = set(laptop.records()) - before
+    assert states(laptop, record)[0] in ("PENDING", "RUNNING"), "status finds the job queued before the cut"
+    assert laptop.run("cancel", str(record)).returncode == 0
