@@ -126,24 +126,6 @@ def test_status_logs_and_list_from_the_laptop(laptop: Laptop) -> None:
     assert [r["run"] for r in rows] == [record.name] and "on mylab" in rows[0]["state"]
 
 
-def test_an_unchanged_project_transfers_nothing_and_cancel_works_from_afar(laptop: Laptop) -> None:
-    assert laptop.finished()[0] == 0
-    done = laptop.run("--profile", "mylab.yaml", "--set", "job.epochs=200", "--json")
-    assert done.returncode == 0, done.stderr
-    assert "code: 0 file(s) sent" in done.stdout, done.stdout
-    newest = laptop.records()[-1]
-    cancelled = laptop.run("cancel", str(newest))
-    assert cancelled.returncode == 0, cancelled.stderr
-    assert all(state.startswith("CANCEL") for state in states(laptop, newest))
-    # --resume of the local record resubmits on the cluster side; its new job is what status sees.
-    resumed = laptop.run("--resume", str(newest), "--json")
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    new_id = str(json.loads(resumed.stdout.strip().splitlines()[-1])["job_id"])
-    assert new_id not in json.loads((newest / "remote.json").read_text())["job_ids"]
-    assert states(laptop, newest)[0] in ("PENDING", "RUNNING"), "the resumed task is queued again"
-    assert laptop.run("cancel", str(newest)).returncode == 0
-
-
 def states(laptop: Laptop, record: Path) -> list[str]:
     status = laptop.run("status", str(record), "--json")
     found = [json.loads(line)["state"].upper() for line in status.stdout.splitlines() if line.startswith("{")]
@@ -151,7 +133,10 @@ def states(laptop: Laptop, record: Path) -> list[str]:
     return found
 
 
-def test_a_connection_cut_after_sbatch_loses_nothing(laptop: Laptop) -> None:
+def test_unchanged_code_sends_nothing_and_a_cut_after_sbatch_loses_nothing(laptop: Laptop) -> None:
+    """A second submission of the same project, cut off (sshd and its connections killed) once the
+    cluster side recorded its job id: the next status, over a new connection, finds the job queued;
+    cancel and --resume work on it from the laptop."""
     assert laptop.finished()[0] == 0
     before = set(laptop.records())
     waiting = subprocess.Popen(laptop.argv("--profile", "mylab.yaml", "--set", "job.epochs=200", "--wait"),
@@ -169,11 +154,20 @@ def test_a_connection_cut_after_sbatch_loses_nothing(laptop: Laptop) -> None:
     assert queued, "the submission never queued"
     laptop.server.cut()  # type: ignore[attr-defined]
     try:
-        _, err = waiting.communicate(timeout=60)
+        out, err = waiting.communicate(timeout=60)
     finally:
         waiting.kill()
     assert waiting.returncode != 0 and "status" in err, err
+    assert "code: 0 file(s) sent" in out, "an unchanged project transfers no file"
     laptop.server.start()  # type: ignore[attr-defined]
     (record,) = set(laptop.records()) - before
     assert states(laptop, record)[0] in ("PENDING", "RUNNING"), "status finds the job queued before the cut"
+    assert laptop.run("cancel", str(record)).returncode == 0
+    assert all(state.startswith("CANCEL") for state in states(laptop, record))
+    # --resume of the local record resubmits on the cluster side; its new job is what status sees.
+    # (profile.wait=false: the run was submitted with --wait, which its recorded profile keeps.)
+    resumed = laptop.run("--resume", str(record), "--set", "profile.wait=false", "--json")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    new_id = str(json.loads(resumed.stdout.strip().splitlines()[-1])["job_id"])
+    assert new_id not in queued
     assert laptop.run("cancel", str(record)).returncode == 0
