@@ -16,6 +16,7 @@ import argparse
 import hashlib
 import json
 import shlex
+import subprocess
 import sys
 import time
 from dataclasses import asdict
@@ -31,14 +32,8 @@ RECORD = "remote.json"
 RELAYED = ("status", "logs", "cancel")
 # Options of the relayed commands that take a value (the RUN argument is the first other word).
 _VALUED = {"--profile", "--runs-dir", "--task", "--rank", "--attempt", "-n"}
-# Run on the cluster side from the synced code: write the shipped profile and job, keep the run
-# folder name the laptop chose (its record already names it), then the tool's own command line.
-_SUBMIT_BOOT = (
-    "import json,sys,yaml;from pathlib import Path;s=Path(sys.argv[1]);spec=json.loads(s.read_text());"
-    "d=s.with_suffix('');d.mkdir(exist_ok=True);[(d/(k+'.yaml')).write_text(yaml.safe_dump(spec[k])) "
-    "for k in ('profile','job')];from launcher.rundir import layout;layout.new_run_dir=lambda *a:"
-    "Path(spec['run_dir']);from launcher.commands.main import main;"
-    "sys.exit(main(['--profile',str(d/'profile.yaml'),'--job',str(d/'job.yaml'),*sys.argv[2:]]))")
+# Run on the cluster side from the synced code (cluster_side, below; the tool's own command line).
+_SUBMIT_BOOT = "import sys;from launcher.commands.remote import cluster_side;sys.exit(cluster_side(sys.argv[1:]))"
 _MAIN_BOOT = "import sys;from launcher.commands.main import main;sys.exit(main(sys.argv[1:]))"
 
 
@@ -118,7 +113,8 @@ def submit(sub: Any, args: argparse.Namespace, job_data: dict[str, Any]) -> int:
               "job": sub.tasks[0].job.name, "tasks": len(sub.tasks), "created": time.strftime("%Y-%m-%d %H:%M:%S")}
     _write(local, record)
     print(f"code: {sent} file(s) sent to {profile.login}:{root}/code/{address}", flush=True)
-    spec = {"profile": shipped_profile(profile, root), "job": job_data, "run_dir": remote_run}
+    spec = {"profile": shipped_profile(profile, root), "job": job_data, "run_dir": remote_run,
+            "code": f"{root}/code/{address}", "note": snapshot.read_note(local) or {}}
     extra = ["--json", *(["--wait"] if args.wait else [])]
     command = (f"cd {shlex.quote(root)} && mkdir -p submissions && cat > submissions/{local.name}.json && "
                f"PYTHONPATH=code/{address} exec {shlex.quote(record['python'])} -c {shlex.quote(_SUBMIT_BOOT)} "
@@ -141,8 +137,6 @@ def submit(sub: Any, args: argparse.Namespace, job_data: dict[str, Any]) -> int:
 
 def _stream(conn: Connection, command: str, stdin: str) -> tuple[int, str]:
     """Run `command` there, its output shown as it comes; the last line (the JSON summary) held back."""
-    import subprocess
-
     process = subprocess.Popen(conn.argv(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert process.stdin is not None and process.stdout is not None
     process.stdin.write(stdin)
@@ -219,8 +213,6 @@ def relayed(argv: list[str]) -> int | None:
     conn = Connection(record["login"])
     command = (f"cd {shlex.quote(record['remote_dir'])} && PYTHONPATH=code/{record['code']} exec "
                f"{shlex.quote(record['python'])} -c {shlex.quote(_MAIN_BOOT)} {shlex.join(head + rest)}")
-    import subprocess
-
     code = subprocess.run(conn.argv(command), check=False).returncode
     if code == 255:
         print(error_line(connection_error(record["login"], 255, "") or "ssh failed"), file=sys.stderr)
@@ -269,3 +261,38 @@ def record_rows(where: Path) -> list[dict[str, Any]]:
                          "target_metric": "", "best": None})
     return rows
 
+
+def cluster_side(argv: list[str]) -> int:
+    """The cluster side of a submission (run there from the synced code): write the shipped profile
+    and job, keep the run folder name the laptop chose (its record already names it), and make the
+    run's code snapshot a copy of the synced tree as it is (whatever the laptop's snapshot held),
+    then the tool's own command line."""
+    import shutil
+
+    import yaml
+
+    from launcher.commands.main import main
+    from launcher.rundir import layout, snapshot
+
+    spec_file = Path(argv[0])
+    spec = json.loads(spec_file.read_text())
+    folder = spec_file.with_suffix("")
+    folder.mkdir(exist_ok=True)
+    for key in ("profile", "job"):
+        (folder / f"{key}.yaml").write_text(yaml.safe_dump(spec[key]))
+    synced = Path(spec["code"])
+
+    def copy_synced(run_dir: Path, code_root: Path = synced) -> Path:
+        target = snapshot.snapshot_dir(run_dir)
+        if not (target / snapshot.NOTE_FILE).is_file():
+            partial = target.with_name(f".{snapshot.SNAPSHOT_DIR}.partial")
+            shutil.rmtree(partial, ignore_errors=True)
+            shutil.copytree(code_root, partial, symlinks=True)
+            (partial / snapshot.NOTE_FILE).write_text(json.dumps({**spec["note"], "synced_to": str(code_root)},
+                                                                 indent=1) + "\n")
+            partial.replace(target)
+        return target
+
+    layout.new_run_dir = lambda *_: Path(spec["run_dir"])  # type: ignore[assignment]
+    snapshot.ensure = copy_synced  # type: ignore[assignment]
+    return main(["--profile", str(folder / "profile.yaml"), "--job", str(folder / "job.yaml"), *argv[1:]])
