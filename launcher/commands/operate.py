@@ -243,9 +243,9 @@ def list_runs(argv: list[str]) -> int:
             rows.append(_list_row(run_dir))
         except (OSError, ValueError, KeyError, TypeError) as err:  # ConfigError is a ValueError
             rows.append({"run": run_dir.name, "state": f"unreadable ({err})"})
-    from launcher.commands.remote import record_rows  # runs submitted over SSH: their local records
+    from launcher.commands.remote import with_records  # runs submitted over SSH: their local records
 
-    rows = sorted(rows + record_rows(where), key=lambda r: str(r["run"]), reverse=True)[:max(0, args.n)]
+    rows = with_records(rows, where, args.n)
     if args.json:
         for row in rows:
             print(json.dumps(row, default=str), flush=True)

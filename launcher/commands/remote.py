@@ -32,8 +32,8 @@ RECORD = "remote.json"
 RELAYED = ("status", "logs", "cancel")
 # Options of the relayed commands that take a value (the RUN argument is the first other word).
 _VALUED = {"--profile", "--runs-dir", "--task", "--rank", "--attempt", "-n"}
-# Run on the cluster side from the synced code (cluster_side, below; the tool's own command line).
-_SUBMIT_BOOT = "import sys;from launcher.commands.remote import cluster_side;sys.exit(cluster_side(sys.argv[1:]))"
+# Run on the cluster side from the synced code (launcher.commands.cluster_side).
+_SUBMIT_BOOT = "import sys;from launcher.commands.cluster_side import main;sys.exit(main(sys.argv[1:]))"
 _MAIN_BOOT = "import sys;from launcher.commands.main import main;sys.exit(main(sys.argv[1:]))"
 
 
@@ -110,7 +110,7 @@ def submit(sub: Any, args: argparse.Namespace, job_data: dict[str, Any]) -> int:
     remote_run = f"{root}/runs/{local.name}"
     record = {"name": local.name, "profile": profile.name, "login": profile.login, "remote_dir": root,
               "remote_run_dir": remote_run, "code": address, "python": interpreter(profile), "job_ids": [],
-              "job": sub.tasks[0].job.name, "tasks": len(sub.tasks), "created": time.strftime("%Y-%m-%d %H:%M:%S")}
+              "job": sub.tasks[0].job.name, "tasks": len(sub.tasks), "created": time.time()}
     _write(local, record)
     print(f"code: {sent} file(s) sent to {profile.login}:{root}/code/{address}", flush=True)
     spec = {"profile": shipped_profile(profile, root), "job": job_data, "run_dir": remote_run,
@@ -248,6 +248,14 @@ def _without_runs_dir(words: list[str]) -> list[str]:
     return out
 
 
+def with_records(rows: list[dict[str, Any]], where: Path, most: int) -> list[dict[str, Any]]:
+    """`list`'s rows with the runs recorded here merged in, newest first (as run_folders orders)."""
+    if not (recorded := record_rows(where)):
+        return rows
+    when = lambda r: r["created"] if isinstance(r.get("created"), (int, float)) else 0  # noqa: E731
+    return sorted(rows + recorded, key=lambda r: (when(r), str(r["run"])), reverse=True)[:max(0, most)]
+
+
 def record_rows(where: Path) -> list[dict[str, Any]]:
     """`list`'s rows for the runs recorded here (offline: what the record says)."""
     rows = []
@@ -261,38 +269,3 @@ def record_rows(where: Path) -> list[dict[str, Any]]:
                          "target_metric": "", "best": None})
     return rows
 
-
-def cluster_side(argv: list[str]) -> int:
-    """The cluster side of a submission (run there from the synced code): write the shipped profile
-    and job, keep the run folder name the laptop chose (its record already names it), and make the
-    run's code snapshot a copy of the synced tree as it is (whatever the laptop's snapshot held),
-    then the tool's own command line."""
-    import shutil
-
-    import yaml
-
-    from launcher.commands.main import main
-    from launcher.rundir import layout, snapshot
-
-    spec_file = Path(argv[0])
-    spec = json.loads(spec_file.read_text())
-    folder = spec_file.with_suffix("")
-    folder.mkdir(exist_ok=True)
-    for key in ("profile", "job"):
-        (folder / f"{key}.yaml").write_text(yaml.safe_dump(spec[key]))
-    synced = Path(spec["code"])
-
-    def copy_synced(run_dir: Path, code_root: Path = synced) -> Path:
-        target = snapshot.snapshot_dir(run_dir)
-        if not (target / snapshot.NOTE_FILE).is_file():
-            partial = target.with_name(f".{snapshot.SNAPSHOT_DIR}.partial")
-            shutil.rmtree(partial, ignore_errors=True)
-            shutil.copytree(code_root, partial, symlinks=True)
-            (partial / snapshot.NOTE_FILE).write_text(json.dumps({**spec["note"], "synced_to": str(code_root)},
-                                                                 indent=1) + "\n")
-            partial.replace(target)
-        return target
-
-    layout.new_run_dir = lambda *_: Path(spec["run_dir"])  # type: ignore[assignment]
-    snapshot.ensure = copy_synced  # type: ignore[assignment]
-    return main(["--profile", str(folder / "profile.yaml"), "--job", str(folder / "job.yaml"), *argv[1:]])
