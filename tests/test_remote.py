@@ -171,3 +171,18 @@ def test_unchanged_code_sends_nothing_and_a_cut_after_sbatch_loses_nothing(lapto
     new_id = str(json.loads(resumed.stdout.strip().splitlines()[-1])["job_id"])
     assert new_id not in queued
     assert laptop.run("cancel", str(record)).returncode == 0
+
+
+@pytest.mark.parametrize("key, value, valid", [
+    ("login", "-oProxyCommand=touch /tmp/x", "an ssh destination"),  # would be read as an ssh option
+    ("login", "my lab", "an ssh destination"),
+    ("remote_dir", "relative/dir", "an absolute folder on the cluster side, or one under ~/"),
+])
+def test_a_bad_login_key_is_one_error_line_naming_the_key(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                           key: str, value: str, valid: str) -> None:
+    from launcher.commands.main import main
+
+    (tmp_path / "mylab.yaml").write_text(PROFILE)
+    code = main(["--profile", str(tmp_path / "mylab.yaml"), "--set", f"profile.{key}={value}", "--dry-run"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and f"key '{key}'" in err[0] and valid in err[0], err
