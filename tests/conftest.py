@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -43,3 +44,20 @@ def slurm_cluster() -> Iterator[Path]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+@pytest.fixture(scope="session")
+def ssh_login(slurm_cluster: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """A real sshd on 127.0.0.1 whose unprivileged account alone reaches the dev cluster (tests/sshd.py)."""
+    from tests import sshd
+
+    if not Path(sshd.SSHD).exists() or shutil.which("rsync") is None:
+        if os.environ.get("CI"):
+            pytest.fail("openssh-server and rsync are missing; tests/run_all.sh installs them", pytrace=False)
+        pytest.skip("openssh-server or rsync not installed (tests/run_all.sh installs them)")
+    server = sshd.make_server(tmp_path_factory.mktemp("sshd"), slurm_cluster)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.cut()  # its connections too: no shared ssh connection outlives the tests

@@ -26,6 +26,8 @@ NOT_RUN = {
     "python submit.py --profile slurm-gpu --job cifar10": "needs a real SLURM cluster with GPUs",
     "python submit.py --profile slurm-gpu --set profile.launch=torchrun":
         "needs a real SLURM cluster with GPUs (tests/test_torchrun_launch.py runs the shape on the dev cluster)",
+    "python submit.py --profile mylab --job digits --wait":
+        "needs an ssh login to a cluster (tests/test_remote.py runs it through a local sshd)",
 }
 # Commands that run on this machine, each with something a user would see in its output.
 LOCAL = {

@@ -67,6 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     # local processes and SLURM jobs it starts, which inherit the umask) is private to the user.
     os.umask(0o077)
     try:
+        # A run recorded by a submission over SSH is operated on the cluster side (launcher.commands.remote).
+        if (argv[:1] and argv[0] in ("status", "logs", "cancel") or "--resume" in argv) and (
+                (code := load("remote:relayed")(argv)) is not None):
+            return code
         if argv and argv[0] in COMMANDS:
             return load(COMMANDS[argv[0]])(argv[1:])
         args = submit_parser().parse_args(argv)

@@ -101,6 +101,11 @@ def preview(args: argparse.Namespace, argv: list[str]) -> int:
     """`submit.py --dry-run` of a new run: plan and check as a submission would, then show it."""
     sub, source = new_run(args)
     plan = Plan(sub, source, argv)
+    if sub.profile.login:  # over SSH: never connects; shows the ssh and rsync lines instead
+        from launcher.commands.remote import dry_run_lines
+
+        print(dry_run_lines(sub.profile), end="", flush=True)
+        return dry_run(plan, args.json, None)
     return dry_run(plan, args.json, array_chunk(plan, dry_run=True))
 
 

@@ -56,4 +56,9 @@ def execute(plan: Plan, args: argparse.Namespace) -> int:
 
 def submit(args: argparse.Namespace, argv: list[str]) -> int:
     sub, source = new_run(args)
+    if sub.profile.login:  # over SSH: the cluster side queues it (launcher.commands.remote)
+        from launcher.commands import remote
+        from launcher.config.resolve import job_data
+
+        return remote.submit(sub, args, job_data(args.job, args.sets))
     return execute(NewRun(sub, source, argv), args)

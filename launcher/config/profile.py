@@ -99,6 +99,11 @@ class Profile:
     tracker: Optional[TrackerConfig] = None
     init_timeout_s: int = 180
     collective_timeout_s: int = 45
+    # Submit from this machine to a cluster reached over SSH (docs/remote.md): an ssh destination as
+    # `ssh` accepts it (a ~/.ssh/config alias, user@host). "": SLURM runs on this machine, as before.
+    login: str = ""
+    # Where code snapshots and run folders live on the cluster side (~/: the remote home).
+    remote_dir: str = "~/ddp-submit"
 
     def __post_init__(self) -> None:
         for key, parse, formats in (("time", units.time_minutes, units.TIME_FORMATS),
@@ -190,6 +195,7 @@ class Profile:
             # running them here would change the submitter's own shell state for nothing.
             require(not self.setup, "setup", self.setup, f"[] for the {self.executor} executor (setup lines run "
                     f"only in SLURM batch scripts; prepare this machine in your shell, or use a slurm profile)")
+        _check_login(self)
         for key in ("partition", "account", "qos"):
             value = getattr(self, key)
             require(re.fullmatch(r"[A-Za-z0-9_.-]*", value) is not None, key, value,
@@ -240,6 +246,19 @@ _UPPER_BOUNDS = {"nodes": 2**31 - 1, "tasks_per_node": 65535, "cpus_per_task": 6
                  "checkpoint_every_steps": 2**31 - 1, "array_parallelism": 2**31 - 1,
                  "max_array_size": 2**31 - 1, "init_timeout_s": 2**31 - 1, "collective_timeout_s": 2**31 - 1}
 _BOUND_WHY = {65535: "a 16-bit SLURM field", 2**31 - 1: "a 32-bit field"}
+
+def _check_login(profile: Profile) -> None:
+    """`login` reaches ssh's argv and `remote_dir` a remote shell line: refuse what would be read as
+    an option or break the line (the remote side quotes the folder; `~/` is the remote home)."""
+    require(re.fullmatch(r"[A-Za-z0-9_.@:\[\]%+-]*", profile.login) is not None and not profile.login.startswith("-"),
+            "login", profile.login, "an ssh destination: a ~/.ssh/config alias or user@host (no spaces, not "
+            "starting with '-')")
+    require(not profile.login or profile.executor == "slurm", "login", profile.login,
+            "empty unless executor is slurm (only SLURM runs are submitted over SSH)")
+    require(profile.remote_dir != "" and re.search(r"[\x00-\x1f\x7f]", profile.remote_dir) is None
+            and (profile.remote_dir.startswith(("/", "~/")) or profile.remote_dir == "~"), "remote_dir",
+            profile.remote_dir, "an absolute folder on the cluster side, or one under ~/ (the remote home)")
+
 
 def project_path(value: str) -> Path:
     """A recorded slurm_conf (run.json): profiles read today record absolute paths; a relative one

@@ -56,6 +56,11 @@ def resolve(profile_name: str, job_name: str, sets: list[str]) -> Resolved:
     return Resolved(profile, job, profile_source, loaded.source, points, spec is not None)
 
 
+def job_data(job_name: str, sets: list[str]) -> dict[str, Any]:
+    """The job file's mapping after `extends:` and `--set job.*` (what a submission over SSH ships)."""
+    return dict(files.load(JOB_FILES, job_name, parse_overrides(sets)["job"]).data)
+
+
 def runs_dir(profile_name: str, explicit: str | None = None) -> Path:
     """Where a profile's runs are: `--runs-dir` if given, else the profile's `runs_dir`."""
     return Path(explicit if explicit else load_profile(profile_name)[0].runs_dir).expanduser()

@@ -1,0 +1,188 @@
+"""Submitting from a laptop over SSH (profile `login:`, docs/remote.md), through a real sshd whose
+unprivileged account alone reaches the dev cluster (tests/sshd.py). The submitting side has no
+SLURM_CONF and looks at the cluster side only through ssh.
+
+One training run (started first, in the background) is checked for several things; the preflight
+faults, which queue nothing, run while it trains.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import ROOT as REPO
+
+pytestmark = pytest.mark.slurm
+
+PROFILE = "extends: dev-cluster\nslurm_conf: ''\nlogin: mylab\n"
+
+
+class Laptop:
+    """A folder on the submitting side with an ssh profile, and the run it submitted first."""
+
+    def __init__(self, folder: Path, server: object) -> None:
+        self.folder, self.server = folder, server
+        (folder / "mylab.yaml").write_text(PROFILE)
+        self.first = subprocess.Popen(self.argv("--profile", "mylab.yaml", "--set", "job.epochs=2", "--wait",
+                                                "--json"), cwd=folder, env=self.env(), text=True,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self._result: tuple[int, str, str] | None = None
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = self.server.client_env()  # type: ignore[attr-defined]
+        env["PYTHONPATH"] = str(REPO)
+        return {**env, **extra}
+
+    @staticmethod
+    def argv(*args: str) -> list[str]:
+        return [sys.executable, str(REPO / "submit.py"), *args]
+
+    def run(self, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(self.argv(*args), cwd=self.folder, env=self.env(**extra), capture_output=True,
+                              text=True, timeout=300, check=False)
+
+    def finished(self) -> tuple[int, str, str]:
+        if self._result is None:
+            out, err = self.first.communicate(timeout=400)
+            self._result = (self.first.returncode, out, err)
+        return self._result
+
+    def records(self) -> list[Path]:
+        return sorted(p.parent for p in (self.folder / "runs").glob("*/remote.json"))
+
+
+@pytest.fixture(scope="module")
+def laptop(ssh_login: object, tmp_path_factory: pytest.TempPathFactory) -> Laptop:
+    return Laptop(tmp_path_factory.mktemp("laptop"), ssh_login)
+
+
+def test_dry_run_never_connects_and_shows_the_ssh_and_rsync_lines(laptop: Laptop) -> None:
+    done = laptop.run("--profile", "mylab.yaml", "--dry-run", DDP_SUBMIT_SSH="/nonexistent/ssh")
+    assert done.returncode == 0, done.stderr
+    assert "/nonexistent/ssh -o ControlMaster=auto" in done.stdout and "rsync -rlc" in done.stdout
+    assert "Dry run: nothing was submitted." in done.stdout
+
+
+@pytest.mark.parametrize("case, sets, expected", [
+    ("unknown host key", {"DDP_SUBMIT_SSH": "EMPTY_KNOWN_HOSTS"}, "the host key is unknown or does not match"),
+    ("unknown host", {"login": "nosuchhost.invalid"}, "the host name is unknown"),
+    ("missing python", {"python": "python9.99"}, "there is no python9.99 on the cluster side's PATH"),
+    ("missing rsync", {"login": "mylab-norsync"}, "rsync is not installed on the cluster side"),
+    ("unwritable remote_dir", {"remote_dir": "/proc/ddp"}, "profile.remote_dir '/proc/ddp' cannot be created"),
+])
+def test_preflight_faults_are_one_error_line_and_queue_nothing(laptop: Laptop, tmp_path: Path, case: str,
+                                                               sets: dict[str, str], expected: str) -> None:
+    env, args = {}, ["--profile", "mylab.yaml", "--set", f"profile.runs_dir={tmp_path}"]
+    if sets.get("DDP_SUBMIT_SSH") == "EMPTY_KNOWN_HOSTS":
+        # Another host name for the same server (a shared connection to 127.0.0.1 may already be
+        # open, and connection sharing rightly skips the check then), with no key known for it.
+        config = tmp_path / "ssh_config"
+        (tmp_path / "empty_known_hosts").write_text("")
+        config.write_text(laptop.server.ssh_config.read_text().replace(  # type: ignore[attr-defined]
+            str(laptop.server.known_hosts), str(tmp_path / "empty_known_hosts")).replace(  # type: ignore[attr-defined]
+            "HostName 127.0.0.1", "HostName localhost"))
+        env["DDP_SUBMIT_SSH"] = f"ssh -F {config}"
+    for key, value in sets.items():
+        if key != "DDP_SUBMIT_SSH":
+            args += ["--set", f"profile.{key}={value}"]
+    done = laptop.run(*args, **env)
+    assert done.returncode == 2, (case, done.stdout, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], (case, done.stderr)
+    assert not list(tmp_path.glob("*/remote.json")), "a failed preflight must leave no run record"
+
+
+def test_digits_trains_on_two_nodes_through_the_login(laptop: Laptop) -> None:
+    code, out, err = laptop.finished()
+    assert code == 0, err[-3000:]
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["world_size"] == 2 and result["test_accuracy"] > 0.5
+    assert len(set(result["nodes"])) == 2, result["nodes"]
+    assert str(result["run_dir"]).startswith("/home/"), "the run folder lives on the cluster side"
+    sent = [line for line in out.splitlines() if line.startswith("code: ")]
+    assert sent and "sent to mylab:" in sent[0]
+    (record,) = laptop.records()
+    assert json.loads((record / "remote.json").read_text())["job_ids"] == [str(result["job_id"])]
+
+
+def test_status_logs_and_list_from_the_laptop(laptop: Laptop) -> None:
+    assert laptop.finished()[0] == 0
+    (record,) = laptop.records()
+    status = laptop.run("status", str(record))
+    assert status.returncode == 0, status.stderr
+    assert "COMPLETED" in status.stdout.upper()
+    logs = laptop.run("logs", record.name, "--runs-dir", "runs")
+    assert logs.returncode == 0 and "epoch" in logs.stdout.lower(), logs.stdout[-2000:] + logs.stderr
+    # `list` answers from the local records alone: no ssh (a command that cannot start) is needed.
+    listed = laptop.run("list", "--runs-dir", "runs", "--json", DDP_SUBMIT_SSH="/nonexistent/ssh")
+    assert listed.returncode == 0, listed.stderr
+    rows = [json.loads(line) for line in listed.stdout.splitlines()]
+    assert [r["run"] for r in rows] == [record.name] and "on mylab" in rows[0]["state"]
+
+
+def states(laptop: Laptop, record: Path) -> list[str]:
+    status = laptop.run("status", str(record), "--json")
+    found = [json.loads(line)["state"].upper() for line in status.stdout.splitlines() if line.startswith("{")]
+    assert found, status.stdout + status.stderr
+    return found
+
+
+def test_unchanged_code_sends_nothing_and_a_cut_after_sbatch_loses_nothing(laptop: Laptop) -> None:
+    """A second submission of the same project, cut off (sshd and its connections killed) once the
+    cluster side recorded its job id: the next status, over a new connection, finds the job queued;
+    cancel and --resume work on it from the laptop."""
+    assert laptop.finished()[0] == 0
+    before = set(laptop.records())
+    waiting = subprocess.Popen(laptop.argv("--profile", "mylab.yaml", "--set", "job.epochs=200", "--wait"),
+                               cwd=laptop.folder, env=laptop.env(), text=True, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    queued = ""
+    while not queued and time.monotonic() < deadline:  # until the cluster side recorded the job id
+        time.sleep(0.5)
+        for record in set(laptop.records()) - before:
+            remote = json.loads((record / "remote.json").read_text())["remote_run_dir"]
+            said = laptop.server.run_remote(  # type: ignore[attr-defined]
+                f"cat {remote}/run.json 2>/dev/null", check=False).stdout
+            queued = str(json.loads(said).get("job_ids") or "") if said.strip() else ""
+    assert queued, "the submission never queued"
+    laptop.server.cut()  # type: ignore[attr-defined]
+    try:
+        out, err = waiting.communicate(timeout=60)
+    finally:
+        waiting.kill()
+    assert waiting.returncode != 0 and "status" in err, err
+    assert "code: 0 file(s) sent" in out, "an unchanged project transfers no file"
+    laptop.server.start()  # type: ignore[attr-defined]
+    (record,) = set(laptop.records()) - before
+    assert states(laptop, record)[0] in ("PENDING", "RUNNING"), "status finds the job queued before the cut"
+    assert laptop.run("cancel", str(record)).returncode == 0
+    assert all(state.startswith("CANCEL") for state in states(laptop, record))
+    # --resume of the local record resubmits on the cluster side; its new job is what status sees.
+    # (profile.wait=false: the run was submitted with --wait, which its recorded profile keeps.)
+    resumed = laptop.run("--resume", str(record), "--set", "profile.wait=false", "--json")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    new_id = str(json.loads(resumed.stdout.strip().splitlines()[-1])["job_id"])
+    assert new_id not in queued
+    assert laptop.run("cancel", str(record)).returncode == 0
+
+
+@pytest.mark.parametrize("key, value, valid", [
+    ("login", "-oProxyCommand=touch /tmp/x", "an ssh destination"),  # would be read as an ssh option
+    ("login", "my lab", "an ssh destination"),
+    ("remote_dir", "relative/dir", "an absolute folder on the cluster side, or one under ~/"),
+])
+def test_a_bad_login_key_is_one_error_line_naming_the_key(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                           key: str, value: str, valid: str) -> None:
+    from launcher.commands.main import main
+
+    (tmp_path / "mylab.yaml").write_text(PROFILE)
+    code = main(["--profile", str(tmp_path / "mylab.yaml"), "--set", f"profile.{key}={value}", "--dry-run"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and f"key '{key}'" in err[0] and valid in err[0], err
