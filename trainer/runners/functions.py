@@ -9,6 +9,7 @@ user's loop that calls `ctx.step_boundary` requeues and resumes exactly like a b
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from typing import Any
 
 import torch
 
+from trainer.config import project
 from trainer.config.job import JobConfig, RunSettings, interrupt_steps
 from trainer.distributed import process
 from trainer.distributed.environment import DistEnv
@@ -38,7 +40,8 @@ class Call:
 
 def of_entrypoint(job: JobConfig) -> Call:
     """The job's `entrypoint:` function and its `config:` (validated when it declares a dataclass)."""
-    function, count, config = entrypoints.prepare(job.entrypoint, job.config, job.code_dir, f"job '{job.name}'")
+    function, count, config = entrypoints.prepare(job.entrypoint, job.config, job.code_dir, f"job '{job.name}'",
+                                                  job.project_root, os.environ.get(project.SNAPSHOT_VAR))
     return Call(job.entrypoint, function, config, count == 2)
 
 
