@@ -160,8 +160,8 @@ def test_dev_cluster_two_nodes_and_a_held_job_edited_then_requeued_runs_the_subm
                   "--set", "profile.sbatch_extra.begin=now+1hour"], flat)
     entry = start(["--job", "../jobs/entry.yaml", *cluster], srcrepo / "sub")
     try:
-        record = wait_until(lambda: next(((p, json.loads(p.read_text())) for p in (flat / "runs").glob("*/run.json")
-                                          if json.loads(p.read_text()).get("job_ids")), None), 180, "the job id")
+        record = wait_until(lambda: next(((p, json.loads(p.read_text())) for p in (flat / "runs").glob(
+            "*-script-dev-cluster*/run.json") if json.loads(p.read_text()).get("job_ids")), None), 180, "the job id")
         run_dir, job_id = record[0].parent, record[1]["job_ids"][0]
         edit(flat, "mypkg")  # while the job waits in the queue
         subprocess.run(["scontrol", "update", f"jobid={job_id}", "starttime=now"], check=True, timeout=30)
@@ -192,6 +192,7 @@ def test_dry_run_shows_the_rule_and_the_check_refuses_what_the_ranks_would_miss(
         srcrepo: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.chdir(srcrepo / "sub")
     monkeypatch.delenv("SLURM_CONF", raising=False)
+    before = set((srcrepo / "sub" / "runs").glob("*"))
     code, out, err = call(["--job", "../jobs/entry.yaml", "--dry-run", "--json"], capsys)
     assert code == 0, err
     shown = json.loads(out.strip().splitlines()[-1])["your_code"]
@@ -205,4 +206,4 @@ def test_dry_run_shows_the_rule_and_the_check_refuses_what_the_ranks_would_miss(
     code, out, err = call(["--job", "../jobs/entry.yaml", "--set", "profile.snapshot_max_mb=0.0001"], capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert "snapshot_max_mb" in err and "snapshot_exclude" in err and "jobs/entry.yaml" in err
-    assert not (srcrepo / "sub" / "runs").exists()
+    assert set((srcrepo / "sub" / "runs").glob("*")) == before  # no run folder made
