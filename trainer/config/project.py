@@ -8,8 +8,8 @@ The project root (decided once, at submission, by `root_for`):
 
 The search path (`search_path`, the one function the check before queueing and every rank use):
 the project root, its `src/` when that holds a package (a src layout), the directory you submitted
-from and the job file's folder, each only when it lies inside the project root, in that order and
-ahead of installed packages. On the ranks the same folders are taken inside the run's snapshot of
+from when it lies inside the project root, and the job file's folder (`code_dir`; outside the project
+it is searched where it is, uncopied), in that order and ahead of installed packages. On the ranks the same folders are taken inside the run's snapshot of
 the project (`on_snapshot`): they import the code as it was submitted. The ranks' working
 directory is the directory you submitted from, so relative paths in `args`, `config` and job keys
 mean what they meant there; the working directory itself is not searched (PYTHONSAFEPATH, and
@@ -68,8 +68,10 @@ def search_path(root: Path, submit_dir: Path, job_dir: Path | None) -> list[Path
     out: list[Path] = [root]
     if has_src_layout(root):
         out.append(root / "src")
-    for extra in (submit_dir, job_dir):
-        if extra is not None and inside(extra.resolve(), root) and extra.resolve() not in out:
+    for extra, outside_too in ((submit_dir, False), (job_dir, True)):
+        # The job file's folder outside the project (a job file elsewhere naming `code_dir`) is still
+        # searched, where it is: it is not in the snapshot (on_snapshot leaves it unchanged).
+        if extra is not None and (outside_too or inside(extra.resolve(), root)) and extra.resolve() not in out:
             out.append(extra.resolve())
     return out
 
