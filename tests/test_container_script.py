@@ -42,13 +42,14 @@ def test_container_script_is_the_recorded_one(tmp_path: Path, runtime: str) -> N
     command = script.splitlines()[-1]
     if runtime == "apptainer":
         # The image file is read relative to the profile file, quoted (it has a space); GPUs: --nv;
-        # the run folder and the code are bound as on the host; the image's interpreter runs.
+        # the run folder, the code and the directory the ranks start in (the submit directory) are bound
+        # as on the host; the image's interpreter runs.
         assert ("apptainer exec --nv --bind /tmp --bind /var/tmp:/scratch --bind <PROJECT> --bind "
-                "<RUN_DIR> '<PROJECT>/tests/data/images/pytorch 24.08.sif' /opt/conda/bin/python -u -m "
+                "<RUN_DIR> --bind <TMP> '<PROJECT>/tests/data/images/pytorch 24.08.sif' /opt/conda/bin/python -u -m "
                 "submitit.core._submit") in command
     else:
         assert ("--container-image=nvcr.io/nvidia/pytorch:24.08-py3 --container-mounts=/tmp:/datasets:ro,"
-                "<PROJECT>:<PROJECT>,<RUN_DIR>:<RUN_DIR> python3 -u -m submitit.core._submit") in command
+                "<PROJECT>:<PROJECT>,<RUN_DIR>:<RUN_DIR>,<TMP>:<TMP> python3 -u -m submitit.core._submit") in command
 
 
 def test_python_on_the_nodes_is_a_path_or_a_command(tmp_path: Path) -> None:

@@ -123,8 +123,8 @@ def test_submitted_script_is_the_dry_run_script_and_nothing_executes(slurm_clust
 
 
 @pytest.mark.parametrize("sets,message", [
-    (["job.name=two\nlines"], "job.name: 'two\\nlines' contains the control character '\\n'"),  # a real newline
-    (["profile.sbatch_extra.comment=\"a\\nb\""], "profile.sbatch_extra.comment: 'a\\nb' contains the control"),
+    (["job.name=two\nlines"], "key 'name' has invalid value 'two\\nlines'; expected one line of text without control characters"),  # a real newline
+    (["profile.sbatch_extra.comment=\"a\\nb\""], "'sbatch_extra.comment' has invalid value 'a\\nb'; expected one line of text without control characters"),
     (["profile.setup=[\"echo 'unclosed\"]"], "profile.setup[0]: \"echo 'unclosed\" is not a valid bash line"),
     (["profile.setup=[\"if true; then\"]"], "profile.setup[0]: 'if true; then' is not a valid bash line"),
 ])

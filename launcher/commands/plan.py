@@ -23,7 +23,7 @@ from launcher.config.profile import Profile
 from launcher.config.resolve import resolve
 from launcher.request import executor
 from launcher.request.submission import Point, Submission, build, moved
-from launcher.rundir import layout, record
+from launcher.rundir import layout, record, snapshot
 from trainer.config.job import JobConfig
 from trainer.config.schema import ConfigError
 
@@ -62,15 +62,24 @@ class Plan:
 
 
 def plan_submission(profile: Profile, points: list[Point], run_dir: Path, is_sweep: bool, source: str,
-                    after: str | None) -> Submission:
-    """The --after dependency, local checks, and the submission as data (new runs and --resume alike)."""
+                    after: str | None, submit_dir: Path | None = None) -> Submission:
+    """The --after dependency, local checks, and the submission as data (new runs and --resume alike).
+    `submit_dir`: the ranks' working directory (a new run: here; --resume: the run's own)."""
     if after and profile.executor != "slurm":
         raise ConfigError(f"--after {after}: dependencies need a slurm profile, not '{profile.executor}'")
     after_ids = _job_ids_of(Path(after)) if after else []
     checks.check_writable_folder(run_dir.parent, "profile.runs_dir", "the run folder")
     for point in points:
         checks.check_local(profile, point.job, source, point.source)
-    return build(profile, points, run_dir, is_sweep, after_ids)
+    root = next((p.job.project_root for p in points if p.job.project_root), "")
+    files = None
+    if root and profile.snapshot and profile.executor != "debug" and not snapshot.taken(run_dir):
+        # Listed (and the size cap checked) now, before the run folder exists: a refusal leaves nothing.
+        files = snapshot.survey(Path(root), profile.snapshot_exclude, profile.snapshot_max_mb, source,
+                                skip=[Path(profile.runs_dir).expanduser().resolve()])
+        for point in points:
+            checks.check_in_snapshot(point.job, files.files, point.source)
+    return build(profile, points, run_dir, is_sweep, after_ids, submit_dir, files)
 
 
 def new_run(args: argparse.Namespace) -> tuple[Submission, str]:

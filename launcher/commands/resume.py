@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import time
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 from launcher.cluster.jobids import base_id
@@ -137,5 +138,8 @@ def resume(args: argparse.Namespace, argv: list[str]) -> int:
         where = f"{run_dir / layout.TASKS_FILE} (task {ts.task}, with --set)"
         points.append(Point(ts.task, build(JobConfig, deep_merge(recorded[ts.task], overrides["job"]), where),
                             ts.overrides, where))
-    sub = plan_submission(profile, points, run_dir, info.is_sweep, source, args.after)
+    # The ranks start where the run was first submitted from: its relative paths mean what they meant.
+    submitted_from = info.record.get("submit_dir")
+    sub = plan_submission(profile, points, run_dir, info.is_sweep, source, args.after,
+                          Path(submitted_from) if isinstance(submitted_from, str) and submitted_from else None)
     return execute(ResumePlan(sub, source, argv, info, todo, overrides["job"]), args)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
 from launcher.config.profile import Profile
+from trainer.config import project
 from trainer.config.job import JobConfig, data_folder
 from trainer.config.schema import ConfigError
 from trainer.config.trackers import merged, missing_libraries
@@ -25,6 +27,8 @@ def check_local(profile: Profile, job: JobConfig, source: str, job_source: str =
         check_python(profile.python, source)
     check_data(profile, job)
     check_trackers(profile, job, source, job_source)
+    if (job.entrypoint or job.script) and not job.project_root:  # given by --set, not by the job file
+        job.project_root = str(project.root_for(None, Path.cwd()))
     if job.entrypoint:
         check_entrypoint(job, job_source)
     if job.script:
@@ -45,10 +49,10 @@ def check_python(python: str, source: str) -> None:
 
 def script_path(job: JobConfig, source: str = "") -> str:
     """The script as an absolute path: as given, else relative to the current directory, else to
-    the job file's folder; a ConfigError when it is none of them."""
+    the job file's folder, else to the project root; a ConfigError when it is none of them."""
     tried = [Path(job.script)] if Path(job.script).is_absolute() else [Path.cwd() / job.script]
-    if job.code_dir and not Path(job.script).is_absolute():
-        tried.append(Path(job.code_dir) / job.script)
+    if not Path(job.script).is_absolute():
+        tried += [Path(folder) / job.script for folder in dict.fromkeys((job.code_dir, job.project_root)) if folder]
     for path in tried:
         if path.is_file():
             return str(path.resolve())
@@ -64,13 +68,26 @@ def check_trackers(profile: Profile, job: JobConfig, source: str, job_source: st
                           f"(python -m pip install 'ddp-submit[{extra}]', or remove the key)")
 
 
+def check_in_snapshot(job: JobConfig, files: list[str], source: str) -> None:
+    """The job's script and the entrypoint's module (imported by the check) are in the project's
+    snapshot: a file .gitignore or snapshot_exclude leaves out would be missing on every rank."""
+    root, listed = Path(job.project_root), set(files)
+    module = sys.modules.get(job.entrypoint.partition(":")[0]) if job.entrypoint else None
+    for key, path in (("script", job.script), ("entrypoint", getattr(module, "__file__", None) or "")):
+        where = Path(path).resolve() if path else None
+        if where is not None and project.inside(where, root) and str(where.relative_to(root)) not in listed:
+            raise ConfigError(f"{source}: key '{key}' has invalid value {getattr(job, key)!r}; {where} is left out "
+                              f"of the project's snapshot (by .gitignore or the profile's snapshot_exclude), so "
+                              f"the ranks would not find it; un-ignore it or keep it out of snapshot_exclude")
+
+
 def check_entrypoint(job: JobConfig, source: str) -> None:
     """Import the job's module and check its function and `config:` (trainer.runners.entrypoints) before queueing.
     Costs what importing the user's module costs (torch, if it imports torch: about a second); only
     submissions of entrypoint jobs pay it, never --help."""
     from trainer.runners import entrypoints  # imports the user's module: only for entrypoint jobs
 
-    entrypoints.check(job.entrypoint, job.config, job.code_dir, source)
+    entrypoints.check(job.entrypoint, job.config, job.code_dir, source, job.project_root)
 
 
 def check_data(profile: Profile, job: JobConfig) -> None:

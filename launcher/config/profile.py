@@ -73,6 +73,10 @@ class Profile:
     # Copy the code the tasks import into the run folder at submission (RUN/code, launcher/rundir/
     # snapshot.py), so edits made while the job waits, and requeues or --resume, run the submitted code.
     snapshot: bool = True
+    # Your project's snapshot (RUN/project) is refused above this size, naming its largest files;
+    # globs (relative paths or file names: "data/*", "*.ckpt") it leaves out beside .gitignore.
+    snapshot_max_mb: float = 100
+    snapshot_exclude: list[str] = field(default_factory=list)
     # Environment variables exported to every task (values are quoted in the script).
     env: dict[str, str] = field(default_factory=dict)
     # The signal SLURM sends `signal_delay_s` seconds before the time limit (and on preemption).
@@ -117,6 +121,7 @@ class Profile:
         for key in ("nodes", "tasks_per_node", "cpus_per_task", "array_parallelism",
                     "init_timeout_s", "collective_timeout_s"):
             require(getattr(self, key) > 0, key, getattr(self, key), "an integer > 0")
+        require(self.snapshot_max_mb > 0, "snapshot_max_mb", self.snapshot_max_mb, "a number of MB > 0")
         for key in ("gpus_per_node", "gpus_per_task", "signal_delay_s", "max_timeout_requeues", "checkpoint_every_steps"):
             require(getattr(self, key) >= 0, key, getattr(self, key), "an integer >= 0")
         for key, most in _UPPER_BOUNDS.items():

@@ -25,21 +25,26 @@ from launcher.request.submission import Submission
 from launcher.rundir import snapshot
 from launcher.rundir.layout import RUN_FILE
 from launcher.rundir.record import update_record
+from trainer.config import project
 from trainer.config.lookup import CODE_ROOT
 from trainer.config.schema import ConfigError
 
 
 @contextlib.contextmanager
-def submission_environment(slurm_conf: str, code_dir: Path | None = None,
-                           extra: dict[str, str] | None = None, local: bool = False) -> Iterator[None]:
+def submission_environment(slurm_conf: str, search_path: list[str] | None = None,
+                           extra: dict[str, str] | None = None, local: bool = False,
+                           submit_dir: Path | None = None, project_copy: str | None = None) -> Iterator[None]:
     """Submit with a clean environment: a submitter running inside a job must not pass that job's
     SLURM_*/RANK/MASTER_* variables on (sbatch exports the caller's environment to the new job,
     and the local executor copies it into its processes). `extra`: the profile's `env` for the
     local and debug executors, which have no batch script to export it.
 
-    `code_dir`: the run's code snapshot (launcher/rundir/snapshot.py). The tasks import from it: it
-    is their PYTHONPATH and their working directory (sbatch and the local executor start jobs in the
-    submitter's current directory, and `python -m` puts that first on sys.path).
+    `search_path`: the run's code snapshot, then the project's folders as the one lookup rule
+    gives them (Submission.search_path): the tasks' PYTHONPATH, ahead of the caller's. The tasks
+    start in `submit_dir` (sbatch and the local executor start jobs in the submitter's current
+    directory), with PYTHONSAFEPATH=1 so that `python -m` does not put that directory first on
+    sys.path: imports resolve to the snapshot, relative paths to where the user submitted.
+    `project_copy`: the run's copy of the project (trainer.config.project.SNAPSHOT_VAR).
 
     `local`: the local executor, which sets CUDA_VISIBLE_DEVICES itself: the caller's is passed on
     beside it for the tasks to put back (launcher.node.restore_caller_gpus)."""
@@ -52,11 +57,16 @@ def submission_environment(slurm_conf: str, code_dir: Path | None = None,
     remember_caller_gpus(os.environ, local)
     # The task unpickles launcher.node.TrainTask wherever it runs: make the project importable there
     # even when the submitter was started from another folder and the project is not installed.
-    code = str(code_dir or CODE_ROOT)
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (code, os.environ.get("PYTHONPATH", "")) if p)
+    code = search_path or [str(CODE_ROOT)]
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (*code, os.environ.get("PYTHONPATH", "")) if p)
+    if not os.environ.get("PYTHONSAFEPATH"):
+        os.environ.update({"PYTHONSAFEPATH": "1", project.ADDED_SAFEPATH_VAR: "1"})
+    os.environ.pop(project.SNAPSHOT_VAR, None)
+    if project_copy:
+        os.environ[project.SNAPSHOT_VAR] = project_copy
     try:
-        if code_dir is not None:
-            os.chdir(code_dir)
+        if submit_dir is not None:
+            os.chdir(submit_dir)
         yield
     finally:
         os.chdir(cwd)
@@ -109,14 +119,16 @@ def _queue(sub: Submission, calls: list[Callable[[], Any]], chunk_size: int | No
     # (SLURM only: the debug executor runs the task in this process, where pdb needs the terminal.)
     held = io.StringIO()
     holding = contextlib.redirect_stderr(held) if sub.executor == "slurm" else contextlib.nullcontext()
-    code_dir = None
+    copy = None
     if sub.profile.snapshot and sub.executor != "debug":  # debug runs in this process: its code is loaded
-        code_dir = snapshot.ensure(sub.run_dir)
+        snapshot.ensure(sub.run_dir, sub.project, sub.submit_dir)
+        copy = str(snapshot.project_dir(sub.run_dir, sub.project_root)) if sub.project_root else None
         if (sub.run_dir / RUN_FILE).is_file():
             update_record(sub.run_dir, code=snapshot.read_note(sub.run_dir))
     try:
         local_env = sub.profile.env if sub.executor != "slurm" else {}
-        with submission_environment(sub.slurm_conf, code_dir, local_env, sub.executor == "local"), holding:
+        with submission_environment(sub.slurm_conf, sub.search_path(), local_env, sub.executor == "local",
+                                    sub.submit_dir, copy), holding:
             size = chunk_size or len(calls)
             for start in range(0, len(calls), size):
                 if len(calls) > 1:

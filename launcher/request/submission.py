@@ -14,7 +14,9 @@ from typing import Any
 
 from launcher.cluster.slurm import sbatch, torchrun
 from launcher.config.profile import Profile
+from launcher.rundir import snapshot
 from launcher.rundir.layout import log_dir, task_dir
+from trainer.config import project
 from trainer.config.job import JobConfig, RunSettings, data_folder
 from trainer.config.lookup import CODE_ROOT
 from trainer.config.trackers import merged
@@ -62,6 +64,27 @@ class Submission:
     # What SLURM is asked for (None for the local and debug executors): the preflight checks it, and
     # `parameters` and `python` are made from it.
     request: sbatch.SlurmRequest | None = None
+    # The directory the user submitted from: the ranks' working directory (trainer/config/project.py).
+    submit_dir: Path = field(default_factory=Path.cwd)
+    # The project's files to snapshot (the check surveyed them); None: no project to copy.
+    project: snapshot.Survey | None = None
+
+    @property
+    def project_root(self) -> str:
+        """The project the tasks' code comes from ("" for a built-in job)."""
+        return next((t.job.project_root for t in self.tasks if t.job.project_root), "")
+
+    def search_path(self) -> list[str]:
+        """The tool's code, then the rule's folders, as the ranks import them (inside the run's snapshot)."""
+        job = next((t.job for t in self.tasks if t.job.project_root), None)
+        if not self.profile.snapshot or self.executor == "debug":
+            code, copy = str(CODE_ROOT), None
+        else:
+            code, copy = str(snapshot.snapshot_dir(self.run_dir)), str(snapshot.project_dir(self.run_dir, self.project_root))
+        if job is None:
+            return [code]
+        folders = project.rank_path(job.project_root, job.code_dir, str(self.submit_dir), copy)
+        return [code, *(f for f in folders if f != code)]
 
     @property
     def is_array(self) -> bool:
@@ -76,6 +99,7 @@ class Submission:
         first = self.tasks[0]
         return {
             "executor": self.executor, "run_dir": str(self.run_dir), "log_dir": str(self.log_dir),
+            "submit_dir": str(self.submit_dir),
             "world_size": self.profile.world_size, "tasks": len(self.tasks),
             "batch_size_per_rank": first.job.batch_size_per_rank,
             "global_batch_size": first.job.batch_size_per_rank * self.profile.world_size,
@@ -84,16 +108,23 @@ class Submission:
             "sweep_overrides": [t.overrides for t in self.tasks] if self.is_array else None,
             **({"torchrun": torchrun.preview(self.profile.nodes, self.profile.tasks_per_node)}
                if self.profile.launch == "torchrun" else {}),
+            # The one lookup rule, as the ranks will apply it (docs/your-code.md#where-your-code-is-found).
+            "your_code": {"project_root": self.project_root or None, "working_directory": str(self.submit_dir),
+                          "search_path": self.search_path(),
+                          "snapshot": None if self.project is None else
+                          {"files": len(self.project.files), "bytes": self.project.bytes}},
         }
 
 
 def slurm_request(profile: Profile, job_name: str, after: list[str] | None = None,
-                  run_dir: Path | None = None) -> sbatch.SlurmRequest:
+                  run_dir: Path | None = None, submit_dir: Path | None = None,
+                  project_root: str = "") -> sbatch.SlurmRequest:
     """What the profile asks SLURM for: built once per submission (`build`), then read by the live
     preflight, the executor parameters and the batch script alike."""
-    # A container sees the run folder (pickles, checkpoints, results) and the code as on the host.
-    binds = [*profile.container_binds, str(CODE_ROOT), *([str(run_dir)] if run_dir else [])] \
-        if profile.container else []
+    # A container sees the run folder (pickles, checkpoints, results, the snapshot), the code, the
+    # directory the ranks start in and the live project (snapshot: false) as on the host.
+    extra = [str(p) for p in (run_dir, submit_dir) if p] + ([project_root] if project_root else [])
+    binds = list(dict.fromkeys([*profile.container_binds, str(CODE_ROOT), *extra])) if profile.container else []
     # torchrun: one SLURM task per node holds the CPUs (and GPUs) of all its processes.
     per_node = profile.tasks_per_node if profile.launch == "torchrun" else 1
     return sbatch.SlurmRequest(
@@ -137,19 +168,22 @@ def run_settings(profile: Profile, job: JobConfig, folder: Path, task: int = 0,
 
 
 def build(profile: Profile, points: list[Point], run_dir: Path, is_sweep: bool,
-          after: list[str] | None = None) -> Submission:
+          after: list[str] | None = None, submit_dir: Path | None = None,
+          project_files: snapshot.Survey | None = None) -> Submission:
     """The whole submission for `points` (one, or one per array task) under `run_dir`. Pure."""
     tasks = [TaskSpec(p.task, p.job, run_settings(profile, p.job, task_dir(run_dir, p.task, is_sweep), p.task,
                                                   p.overrides if is_sweep else None, run_dir), p.overrides)
              for p in points]
+    submit_dir = submit_dir or Path.cwd()
     request = None
     if profile.executor == "slurm":
-        request = slurm_request(profile, points[0].job.name, after, run_dir)
+        root = next((p.job.project_root for p in points if p.job.project_root), "")
+        request = slurm_request(profile, points[0].job.name, after, run_dir, submit_dir, root)
         params, python = sbatch.parameters(request), sbatch.python_command(request)
     else:  # the local executor starts the same command (containers need srun: refused in Profile)
         params, python = local_parameters(profile), shlex.quote(profile.python) if profile.python else None
     return Submission(profile.executor, run_dir, log_dir(run_dir), profile, tasks, params,
-                      profile.slurm_conf_file, list(after or []), python, request)
+                      profile.slurm_conf_file, list(after or []), python, request, submit_dir, project_files)
 
 
 def moved(sub: Submission, run_dir: Path) -> Submission:
@@ -157,4 +191,4 @@ def moved(sub: Submission, run_dir: Path) -> Submission:
     the name first (two runs of one job started in the same second). Built again: the request binds
     the run folder into a container."""
     points = [Point(t.task, t.job, t.overrides) for t in sub.tasks]
-    return build(sub.profile, points, run_dir, sub.is_array, sub.after_job_ids)
+    return build(sub.profile, points, run_dir, sub.is_array, sub.after_job_ids, sub.submit_dir, sub.project)

@@ -8,9 +8,10 @@ resolved config written to the run folder shows both.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, Optional
 
-from trainer.config import files, values
+from trainer.config import files, lookup, project, values
 from trainer.config.schema import ConfigError, build, require
 from trainer.config.trackers import TrackerConfig
 
@@ -42,6 +43,9 @@ class JobConfig:
     # Where the job file was (set by the submitter): the entrypoint's module and a relative script
     # are also looked up there.
     code_dir: str = ""
+    # Your project's root (set by the submitter; trainer/config/project.py): what is snapshotted,
+    # and where your code is imported from (docs/your-code.md#where-your-code-is-found).
+    project_root: str = ""
     model: Model = "mlp"
     dataset: Dataset = "digits"
     # Where dataset files live; empty means the profile's data_dir.
@@ -226,7 +230,14 @@ def job_mapping(loaded: files.Loaded) -> tuple[dict[str, Any], dict[str, Any] | 
         raise ConfigError(f"{loaded.source}: key 'sweep' must be a mapping with 'grid' and/or 'tasks'")
     if data.get("entrypoint") or data.get("script"):
         data.setdefault("code_dir", str(loaded.path.resolve().parent))
+        data.setdefault("project_root", str(project.root_for(loaded.path, Path.cwd(), found_by_name(loaded.path))))
     return data, sweep
+
+
+def found_by_name(path: Path) -> bool:
+    """A job file from the shipped ones or the user folder: its project is the current directory's."""
+    where = path.resolve()
+    return any(project.inside(where, folder.resolve()) for folder in (JOB_FILES.shipped, lookup.user_dir() / "jobs"))
 
 
 def load_job(name: str) -> JobConfig:

@@ -1,10 +1,11 @@
 """Finding and calling a job's `entrypoint: "package.module:function"`.
 
-Where the module is looked up, in order: Python's own path (the project itself when run from it,
-installed packages, PYTHONPATH), then the current directory, then the folder of the job file
-(`job.code_dir`, set by the submitter). The same lookup runs before queueing (`check`: a missing
-module or function, or a `config:` key the function's config dataclass does not accept, is a
-ConfigError: exit 2, nothing queued) and on every rank (`call`).
+Where the module is looked up: the one rule of trainer/config/project.py (your project root, its
+`src/`, the directory you submitted from and the job file's folder, inside the project; then
+PYTHONPATH and installed packages), on the ranks inside the run's snapshot of the project. The
+same lookup runs before queueing (`check`: a missing module or function, or a `config:` key the
+function's config dataclass does not accept, is a ConfigError: exit 2, nothing queued) and on
+every rank (`prepare`), so a check that passes means the ranks find the same function.
 
 Errors from the user's own code are the user's: a module that raises, has a syntax error,
 imports a missing package or calls sys.exit() while being imported, and a config dataclass whose
@@ -29,12 +30,13 @@ import dataclasses
 import importlib
 import inspect
 import os
-import sys
 import traceback
 import typing
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from trainer.config import project
 from trainer.config.lookup import CODE_ROOT
 from trainer.config.schema import ConfigError
 
@@ -68,22 +70,25 @@ def user_error(message: str, err: BaseException) -> ConfigError:
     return error
 
 
-def _search_path(code_dir: str) -> list[str]:
-    extra = [os.getcwd()] + ([code_dir] if code_dir else [])
-    return [p for p in extra if p not in sys.path]
+def search_path(code_dir: str, project_root: str, snapshot: str | None) -> list[str]:
+    """The rule's folders (trainer.config.project), for the check (no snapshot) and a rank alike."""
+    root = project_root or str(project.root_for(None, Path.cwd()))
+    return project.rank_path(root, code_dir, os.getcwd(), snapshot)
 
 
-def load(spec: str, code_dir: str = "", source: str = "job") -> Callable[..., Any]:
-    """The function `spec` names, or a ConfigError saying what is missing and where it looked."""
+def load(spec: str, code_dir: str = "", source: str = "job", project_root: str = "",
+         snapshot: str | None = None) -> Callable[..., Any]:
+    """The function `spec` names, or a ConfigError saying what is missing and where it looked.
+    `snapshot`: on a rank, the run's copy of the project (None: the live project, as the check)."""
     module_name, _, function_name = spec.partition(":")
-    sys.path.extend(_search_path(code_dir))  # appended: the project and installed packages win
+    folders = search_path(code_dir, project_root, snapshot)
+    project.activate(folders)
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as err:
         if err.name and module_name.startswith(err.name) and (module_name == err.name
                                                               or module_name.startswith(err.name + ".")):
-            where = ", ".join(["the Python path", "the current directory"] + (["the job file's folder"]
-                                                                              if code_dir else []))
+            where = ", ".join(folders + ["PYTHONPATH and installed packages"])
             raise ConfigError(f"{source}: key 'entrypoint' has invalid value {spec!r}; no module named "
                               f"'{err.name}' (looked in {where})") from None
         raise _import_failed(spec, module_name, source, err) from None  # their module imports something missing
@@ -137,9 +142,10 @@ def arity(function: Callable[..., Any], spec: str, source: str) -> int:
                       f"(ctx) or (ctx, config), it takes ({', '.join(p.name for p in params)})")
 
 
-def prepare(spec: str, config: dict[str, Any], code_dir: str, source: str) -> tuple[Callable[..., Any], int, Any]:
+def prepare(spec: str, config: dict[str, Any], code_dir: str, source: str, project_root: str = "",
+            snapshot: str | None = None) -> tuple[Callable[..., Any], int, Any]:
     """The function, how many arguments it takes, and its config (validated when it is a dataclass)."""
-    function = load(spec, code_dir, source)
+    function = load(spec, code_dir, source, project_root, snapshot)
     count = arity(function, spec, source)
     cls = config_class(function)
     if cls is None:
@@ -153,6 +159,6 @@ def prepare(spec: str, config: dict[str, Any], code_dir: str, source: str) -> tu
     return function, count, value
 
 
-def check(spec: str, config: dict[str, Any], code_dir: str, source: str) -> None:
+def check(spec: str, config: dict[str, Any], code_dir: str, source: str, project_root: str = "") -> None:
     """Before queueing: the module imports, the function exists and takes (ctx[, config]), the config fits."""
-    prepare(spec, config, code_dir, source)
+    prepare(spec, config, code_dir, source, project_root)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
@@ -18,6 +19,7 @@ from typing import Any
 
 import torch
 
+from trainer.config import project
 from trainer.config.job import JobConfig, RunSettings, interrupt_steps
 from trainer.config.lookup import CODE_ROOT
 from trainer.config.trackers import merged
@@ -43,7 +45,8 @@ class Call:
 
 def of_entrypoint(job: JobConfig) -> Call:
     """The job's `entrypoint:` function and its `config:` (validated when it declares a dataclass)."""
-    function, count, config = entrypoints.prepare(job.entrypoint, job.config, job.code_dir, f"job '{job.name}'")
+    function, count, config = entrypoints.prepare(job.entrypoint, job.config, job.code_dir, f"job '{job.name}'",
+                                                  job.project_root, os.environ.get(project.SNAPSHOT_VAR))
     return Call(job.entrypoint, function, config, count == 2)
 
 

@@ -29,8 +29,10 @@ import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 from typing import Any, NoReturn
 
+from trainer.config import project
 from trainer.config.job import JobConfig, RunSettings
 from trainer.distributed import threads
 from trainer.distributed.environment import DistEnv
@@ -105,9 +107,17 @@ class Child:
         child_env.update({handoff.CHANNEL_VARIABLE: self.channel,
                           handoff.STOP_SIGNAL_VARIABLE: self.settings.stop_signal,
                           handoff.INTERRUPT_VARIABLE: str(self.job.interrupt_at)})
+        # As torchrun runs it: `python script.py`, the script's folder first on sys.path (the submitter's
+        # PYTHONSAFEPATH, there for this task's `python -m`, is taken off again), in the directory the
+        # user submitted from (this task's), the script being the run's copy (trainer.config.project).
+        if child_env.pop(project.ADDED_SAFEPATH_VAR, None):
+            child_env.pop("PYTHONSAFEPATH", None)
+        script = str(project.on_snapshot(Path(self.job.script), Path(self.job.project_root),
+                                         os.environ.get(project.SNAPSHOT_VAR))) if self.job.project_root \
+            else self.job.script
         start = time.perf_counter()
         # The child dies with this task (childproc.die_with_parent), whichever way the task ends.
-        child = subprocess.Popen([sys.executable, self.job.script, *self.job.args], env=child_env,
+        child = subprocess.Popen([sys.executable, script, *self.job.args], env=child_env,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=os.getcwd(),
                                  start_new_session=False, preexec_fn=childproc.die_with_parent())
         try:

@@ -1,0 +1,131 @@
+"""The project snapshot (issue 19): what copying a user's repository into the run folder costs.
+
+A generated git repository of 20,000 small files (200 packages x 100 modules, about 40 MB) with 1 GB of
+ignored data (sparse files under `data/`, `.gitignore`d), in a temp folder:
+  - the snapshot's own time (list + size check, then copy): cold (the first submission after the
+    repository was made) and unchanged (the next one), timed in-process around
+    launcher.rundir.snapshot.survey + ensure;
+  - its share of `submit.py --dry-run` (which lists and checks, never copies) and of a real local
+    submission (1 rank, a function that returns at once), as `seconds` in SNAPSHOT.json against
+    the command's wall time;
+and a small repository (10 files) submitted by this tool and by the tool of another checkout
+(`--against /work/main`: today's code, which snapshots only its own packages), medians of 5,
+interleaved. Usage: python benchmarks/snapshot.py [--against PATH] [--files 20000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from launcher.rundir import snapshot  # noqa: E402
+
+JOB = 'entrypoint: "pkg000.mod000:main"\n'
+SCRIPT_JOB = "script: run.py\n"
+
+
+def git(cwd: Path, *args: str) -> None:
+    subprocess.run(["git", "-c", "user.name=b", "-c", "user.email=b@b", *args], cwd=cwd, check=True,
+                   capture_output=True)
+
+
+def make_repo(root: Path, files: int, ignored_gb: float) -> Path:
+    per = 100
+    for i in range(max(files // per, 1)):
+        pkg = root / f"pkg{i:03d}"
+        pkg.mkdir(parents=True)
+        (pkg / "__init__.py").write_text("")
+        for j in range(per - 1 if files >= per else files - 1):
+            (pkg / f"mod{j:03d}.py").write_text(f"# module {i}/{j}\n" + "X = 1\n" * 300
+                                                + "def main(ctx):\n    return {'ok': 1}\n")
+    (root / "jobs").mkdir()
+    (root / "jobs" / "job.yaml").write_text(JOB)
+    (root / "jobs" / "script.yaml").write_text(SCRIPT_JOB)
+    (root / "run.py").write_text("print('{\"ok\": 1}')\n")
+    (root / ".gitignore").write_text("data/\nruns/\n")
+    (root / "data").mkdir()
+    for k in range(10):  # sparse: 1 GB on paper, nothing on disk
+        with open(root / "data" / f"shard{k}.bin", "wb") as f:
+            f.truncate(int(ignored_gb * 2**30 / 10))
+    git(root, "init", "-q")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "generated")
+    return root
+
+
+def timed_snapshot(repo: Path, runs: Path) -> tuple[float, float, float]:
+    run_dir = Path(tempfile.mkdtemp(dir=runs))
+    start = time.perf_counter()
+    listing = snapshot.survey(repo, [], 1000, "bench", skip=[repo / "runs"])
+    listed = time.perf_counter()
+    snapshot.ensure(run_dir, listing, repo)
+    return listed - start, time.perf_counter() - listed, listing.bytes / 2**20
+
+
+def submit(tool: Path, repo: Path, args: list[str]) -> tuple[float, subprocess.CompletedProcess[str]]:
+    env = {**os.environ, "PYTHONPATH": str(tool)}
+    env.pop("SLURM_CONF", None)
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, str(tool / "submit.py"), *args], cwd=repo, env=env,
+                          capture_output=True, text=True)
+    return time.perf_counter() - start, proc
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--against", default="/work/main", help="another checkout of this tool (today's code)")
+    parser.add_argument("--files", type=int, default=20000)
+    parser.add_argument("--reps", type=int, default=5)
+    args = parser.parse_args()
+    print(f"load average: {os.getloadavg()[0]:.1f}")
+    with tempfile.TemporaryDirectory(prefix="snapshot-bench-") as tmp:
+        tmp_path = Path(tmp)
+        made = time.perf_counter()
+        big = make_repo(tmp_path / "big", args.files, 1.0)
+        print(f"made {args.files} files + 1 GB ignored in {time.perf_counter() - made:.1f} s")
+        runs = tmp_path / "runs"
+        runs.mkdir()
+        print("\n| snapshot of the 20,000-file repository | list + check (s) | copy (s) | MB copied |\n|---|---|---|---|")
+        for label in ("cold (first)", "unchanged (second)", "unchanged (third)"):
+            listed, copied, mb = timed_snapshot(big, runs)
+            print(f"| {label} | {listed:.2f} | {copied:.2f} | {mb:.1f} |")
+        dry, proc = submit(ROOT, big, ["--job", "jobs/job.yaml", "--dry-run", "--json"])
+        shown = json.loads(proc.stdout.strip().splitlines()[-1])["your_code"]
+        real, proc = submit(ROOT, big, ["--job", "jobs/job.yaml", "--set", "profile.tasks_per_node=1", "--json"])
+        result = json.loads(proc.stdout.strip().splitlines()[-1])
+        note = json.loads((Path(result["run_dir"]) / "code" / "SNAPSHOT.json").read_text())["project"]
+        print("\n| command (20,000-file repository) | wall (s) | snapshot part (s) |\n|---|---|---|")
+        print(f"| `--dry-run` ({shown['snapshot']['files']} files listed) | {dry:.2f} | "
+              f"{note['listing_seconds']:.2f} (list + check) |")
+        print(f"| real local submission, 1 rank | {real:.2f} | {note['listing_seconds'] + note['seconds']:.2f} "
+              f"(list {note['listing_seconds']:.2f} + copy {note['seconds']:.2f}) |")
+
+        small = tmp_path / "small"
+        small.mkdir()
+        make_repo(small, 10, 0.0)
+        against = Path(args.against)
+        times: dict[str, list[float]] = {"this": [], "against": []}
+        for _ in range(args.reps):
+            for name, tool in (("this", ROOT), ("against", against)):
+                wall, proc = submit(tool, small, ["--job", "jobs/script.yaml", "--set", "profile.tasks_per_node=1",
+                                                  "--json"])
+                assert proc.returncode == 0, proc.stderr[-2000:]
+                times[name].append(wall)
+        this, then = statistics.median(times["this"]), statistics.median(times["against"])
+        print(f"\n| small repository (10 files), `script:` job, 1 local rank | median of {args.reps} (s) |\n|---|---|")
+        print(f"| this checkout (snapshots the repository) | {this:.3f} |\n| {against} (today's) | {then:.3f} |")
+        print(f"| difference | {this - then:+.3f} |")
+
+
+if __name__ == "__main__":
+    main()
