@@ -4,6 +4,8 @@ reports is in tests/test_launcher_layout.py, on the finished run that test alrea
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from launcher.cluster.slurm.usage import cpu_seconds, memory_bytes, usage_from_table
@@ -68,3 +70,20 @@ def test_a_run_that_used_what_it_asked_for_gets_no_advice() -> None:
     assert not any("cpus_per_task" in line for line in advice({0: idle, 1: task_cost(usage["9"], profile)}, profile))
     # Nor is one CPU per task, however idle, something to lower.
     assert not any("cpus_per_task" in line for line in advice({0: idle}, {**profile, "cpus_per_task": 1}))
+
+
+def test_a_sweeps_summary_carries_what_each_task_cost(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from launcher.rundir import results
+    from tests.test_record_properties import make_run
+
+    monkeypatch.delenv("SLURM_CONF", raising=False)
+    monkeypatch.setattr(results.plots, "write_sweep_plot", lambda *a: None)  # the picture is not the point here
+    run = tmp_path / "20261201-100000-sweep"
+    make_run(run)
+    cost = task_cost(usage_from_table(SACCT)["260_1"], {"mem_per_task": "4G"})
+    results.collect(run, costs={0: cost}, max_curves=0)
+    header, *rows = (run / "summary.csv").read_text().splitlines()
+    assert header.endswith(",elapsed_s,cpu_efficiency,max_rss_mb,mem_requested_mb,node_hours")
+    task0 = next(r for r in rows if r.startswith("0,"))
+    assert task0.endswith(",100.0,0.075,100.0,4096,0.027778"), task0
+    assert "| cpu_efficiency |" in (run / "summary.md").read_text()
