@@ -69,7 +69,7 @@ def text_of(watcher: Watcher) -> list[str]:
     from rich.console import Console
 
     out = io.StringIO()
-    Console(file=out, width=COLUMNS, color_system=None).print(watcher.frame(COLUMNS))
+    Console(file=out, width=COLUMNS, color_system=None).print(watcher.frame())
     lines = [line.rstrip() for line in out.getvalue().splitlines()]
     table = next(i for i, line in enumerate(lines) if line.startswith("task  state"))
     return [" ".join(lines[:table]), *lines[table:]]  # the head (wrapped on a long path), the header, the rows

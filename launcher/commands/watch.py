@@ -148,7 +148,7 @@ class Watcher:
             return (0, -value if mode == "max" else value, ts.task)
         return sorted(self.states, key=key)
 
-    def frame(self, width: int = 120) -> Any:
+    def frame(self) -> Any:
         from rich.console import Group
         from rich.table import Table
         from rich.text import Text
@@ -161,17 +161,13 @@ class Watcher:
                     f"{self.info.profile.get('name', '?')} ({self.info.executor}), {len(self.states)} task(s): "
                     + ", ".join(f"{n} {s}" for s, n in counts.items())
                     + (f"; sorted by {metric} ({mode})" if self.info.is_sweep else ""))
-        table = Table(box=None, pad_edge=False, header_style="bold")
-        # The narrow columns keep their width on a small terminal; the last metrics and overrides share
-        # what is left, cut with an ellipsis (rich would otherwise drop whole columns).
-        fixed = (("task", 4), ("state", 7), ("attempt", 7), ("progress", 17), ("speed", 10),
-                 (metric, max(8, len(metric))), ("curve", 8))
-        flexible = [*(["overrides"] if self.info.is_sweep else []), "last metrics"]
-        left = width - sum(w for _, w in fixed) - 2 * (len(fixed) + len(flexible))
-        for column, least in fixed:
-            table.add_column(column, no_wrap=True, overflow="ellipsis", min_width=least)
-        for column in flexible:
-            table.add_column(column, no_wrap=True, overflow="ellipsis", max_width=max(8, left // len(flexible)))
+        table = Table(box=None, pad_edge=False, header_style="bold", expand=True)
+        # The narrow columns keep their width on a small terminal; the overrides and last metrics share
+        # what is left (ratio), cut with an ellipsis (rich would otherwise drop whole columns).
+        for column in ("task", "state", "attempt", "progress", "speed", metric, "curve"):
+            table.add_column(column, no_wrap=True)
+        for column in [*(["overrides"] if self.info.is_sweep else []), "last metrics"]:
+            table.add_column(column, no_wrap=True, overflow="ellipsis", ratio=1)
         epochs = self.info.job.get("epochs")
         for ts in self.ordered():
             view = self.views[ts.task]
@@ -230,7 +226,7 @@ def main(argv: list[str]) -> int:
     watcher.refresh()
     console = Console()
     if args.once:
-        console.print(watcher.frame(console.width))
+        console.print(watcher.frame())
         return watcher.exit_status() if watcher.ended else EXIT_OK
     return _live(watcher, console, max(0.1, args.interval))
 
@@ -240,12 +236,12 @@ def _live(watcher: Watcher, console: Any, interval: float) -> int:
 
     keys = _Keys()
     try:
-        with keys, Live(watcher.frame(console.width), console=console, auto_refresh=False, transient=False) as live:
+        with keys, Live(watcher.frame(), console=console, auto_refresh=False, transient=False) as live:
             while not watcher.ended:
                 if keys.quit_within(interval):
                     break
                 watcher.refresh()
-                live.update(watcher.frame(console.width), refresh=True)
+                live.update(watcher.frame(), refresh=True)
     except KeyboardInterrupt:
         pass
     if watcher.ended:
