@@ -210,3 +210,14 @@ def test_once_prints_one_frame_and_exits_as_the_run_stands(sweep: tuple[Path, su
     sleeper.kill()
     sleeper.wait()
     assert main(["watch", str(run_dir), "--once"]) == 1  # ended with failed tasks, as --wait says
+
+
+def test_a_pending_task_says_why_it_waits_and_when_it_should_start() -> None:
+    from launcher.commands.watch import _state_text
+    from launcher.rundir.states import TaskState
+
+    at = time.mktime((2026, 12, 1, 15, 20, 0, 0, 0, -1))
+    assert _state_text(TaskState(0, "7_0", "pending", reason="Resources", expected_start=at), "pending") == \
+        "pending (Resources, from 15:20)"
+    assert _state_text(TaskState(0, "7_0", "pending"), "pending") == "pending"
+    assert _state_text(TaskState(0, "7_0", "running", reason="stale"), "running") == "running"

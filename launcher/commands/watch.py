@@ -184,9 +184,12 @@ class Watcher:
 
 
 def _state_text(ts: TaskState, shown: str) -> str:
-    if ts.state in ("pending", "requeued") and ts.reason:
-        return f"{shown} ({ts.reason})"
-    return shown
+    """`pending (Resources, from 15:20)`: SLURM's reason and expected start, where it gives them."""
+    if ts.state not in ("pending", "requeued"):
+        return shown
+    why = [ts.reason] if ts.reason else []
+    why += [time.strftime("from %H:%M", time.localtime(ts.expected_start))] if ts.expected_start else []
+    return f"{shown} ({', '.join(why)})" if why else shown
 
 
 def _progress(view: TaskView, epochs: Any) -> str:
