@@ -86,3 +86,27 @@ def test_status_inside_a_slurm_job_describes_the_run(slurm_cluster: Path, tmp_pa
     # Start and end read from sacct in its standard format, as outside the job.
     assert inside["start"] is not None and inside["end"] is not None
     assert inside == outside
+    _assert_cost_is_what_sacct_reports(outside, run_dir, tmp_path)
+
+
+def _assert_cost_is_what_sacct_reports(task: dict, run_dir: str, cwd: Path) -> None:
+    """Issue 21: a finished dev-cluster run's `status --json` holds its elapsed time, CPU efficiency, peak
+    memory against mem_per_task and node-hours, equal to sacct's own figures (here in bytes, --noconvert);
+    its table shows them and names the request it used under half of (10 minutes for a run of seconds)."""
+    out = subprocess.run(["sacct", "-D", "-P", "--noconvert", "-j", task["job_id"],
+                          "--format=JobID,ElapsedRaw,TotalCPU,AllocCPUS,NNodes,MaxRSS"], capture_output=True,
+                         text=True, timeout=30, check=True).stdout.splitlines()
+    rows = [dict(zip(out[0].split("|"), line.split("|"))) for line in out[1:]]
+    alloc = next(r for r in rows if r["JobID"] == task["job_id"])
+    minutes, seconds = alloc["TotalCPU"].rsplit(":", 1)
+    total_cpu = int(minutes.split(":")[-1]) * 60 + float(seconds)
+    elapsed, cpus, nodes = int(alloc["ElapsedRaw"]), int(alloc["AllocCPUS"]), int(alloc["NNodes"])
+    cost = task["cost"]
+    assert cost["elapsed_s"] == elapsed > 0 and cost["alloc_cpus"] == cpus and cost["nodes"] == nodes == 1
+    assert cost["cpu_efficiency"] == pytest.approx(total_cpu / (elapsed * cpus), abs=1e-4)
+    peak = max(int(r["MaxRSS"]) for r in rows if r["MaxRSS"])
+    assert cost["max_rss_mb"] == pytest.approx(peak / 2**20, abs=0.1) and cost["mem_requested_mb"] == 768
+    assert cost["node_hours"] == pytest.approx(elapsed * nodes / 3600, abs=1e-6)
+    table = run_submit(["status", run_dir], cwd).stdout
+    assert f"{cost['node_hours']:.4f} node-h" in table and "cost: the longest task ran" in table
+    assert "lower time (now 10)" in table

@@ -24,7 +24,7 @@ from trainer.config.schema import ConfigError
 COMMANDS = {
     "status": "operate:status", "logs": "operate:logs", "cancel": "operate:cancel", "list": "operate:list_runs",
     "probe": "probe:main", "list-profiles": "catalog:list_profiles", "list-jobs": "catalog:list_jobs",
-    "show": "catalog:show",
+    "show": "catalog:show", "watch": "watch:main",
 }
 # A new run's --dry-run only plans (launcher.commands.plan): it never loads the sending code.
 SUBMIT, PREVIEW, RESUME = "submit:submit", "plan:preview", "resume:resume"
@@ -40,8 +40,8 @@ def submit_parser() -> ArgumentParser:
         # `ddp-submit` installed, `submit.py` in the checkout: argparse names the program as it was started.
         description="Run a training job on a cluster profile: locally with N processes, in-process for "
                     "debugging, or on SLURM (single runs and job-array sweeps).",
-        epilog="Other commands: status [RUN] | logs RUN | cancel RUN | list | probe | list-profiles | list-jobs | "
-               "show  (each has --help). Profiles and jobs are found by path, in ./cluster_profiles and ./jobs, "
+        epilog="Other commands: status [RUN] | watch [RUN] | logs RUN | cancel RUN | list | probe | list-profiles | "
+               "list-jobs | show  (each has --help). Profiles and jobs are found by path, in ./cluster_profiles and ./jobs, "
                "in the user folder ($DDP_SUBMIT_CONFIG_DIR, else $XDG_CONFIG_HOME/ddp-submit or "
                "~/.config/ddp-submit), then among the shipped ones.",
     )

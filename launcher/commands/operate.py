@@ -26,6 +26,7 @@ from launcher.cluster.slurm.env import slurm_env
 from launcher.commands.console import EXIT_FAILED, EXIT_OK, ArgumentParser, overrides_text, relative
 from launcher.config.resolve import runs_dir
 from launcher.rundir import layout, record, results
+from launcher.rundir.cost import advice, cost_cell, run_costs
 from launcher.rundir.record import RunInfo, find_run, load_run, run_folders
 from launcher.rundir.states import ACTIVE, TaskState, task_states
 from trainer.config.schema import ConfigError
@@ -69,21 +70,23 @@ def status(argv: list[str]) -> int:
     run_dir = _find(args)
     info = load_run(run_dir)
     states = task_states(info)
+    costs = run_costs(info, states)  # SLURM: what each finished task used, from sacct
     summary = None
     if not args.no_collect:
-        summary = results.collect(run_dir, states, budget_s=results.CURVES_BUDGET_S)
+        summary = results.collect(run_dir, states, budget_s=results.CURVES_BUDGET_S, costs=costs)
     try:
         if args.json:
             for ts in states:
-                print(json.dumps(ts.as_json(), default=str), flush=True)
+                print(json.dumps({**ts.as_json(), "cost": costs.get(ts.task)}, default=str), flush=True)
         else:
-            print(_status_text(info, states, summary), flush=True)
+            print(_status_text(info, states, summary, costs), flush=True)
     except BrokenPipeError:  # `status --json | head -1`: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return EXIT_OK
 
 
-def _status_text(info: RunInfo, states: list[TaskState], summary: dict[str, Any] | None) -> str:
+def _status_text(info: RunInfo, states: list[TaskState], summary: dict[str, Any] | None,
+                 costs: dict[int, dict[str, Any]]) -> str:
     metric, _ = info.target
     counts: dict[str, int] = {}
     for ts in states:
@@ -91,12 +94,14 @@ def _status_text(info: RunInfo, states: list[TaskState], summary: dict[str, Any]
     head = (f"run {relative(info.run_dir)}: {info.job.get('name', '?')} on {info.profile.get('name', '?')} "
             f"({info.executor}), {len(states)} task(s): {results.overall_state(states)} — "
             + ", ".join(f"{n} {s}" for s, n in counts.items()))
-    rows = [["task", "state", "restarts", "job id", "wall", metric, "overrides", "error"]]
+    rows = [["task", "state", "restarts", "job id", "wall", metric, *(["cost"] if costs else []), "overrides",
+             "error"]]
     for ts in states:
         result, broken = _recorded_result(ts)
         value = result.get(metric) if result and ts.state == "completed" else None
         rows.append([str(ts.task), ts.state, str(ts.restarts), ts.job_id or "-", _duration(ts.wall_time_s),
-                     f"{value:.4f}" if isinstance(value, (int, float)) else "-", overrides_text(ts.overrides),
+                     f"{value:.4f}" if isinstance(value, (int, float)) else "-",
+                     *([cost_cell(costs.get(ts.task))] if costs else []), overrides_text(ts.overrides),
                      (f"rank {ts.failed_rank}: " if ts.failed_rank is not None else "") + ts.error
                      + _waiting_text(ts) + broken])
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
@@ -105,6 +110,7 @@ def _status_text(info: RunInfo, states: list[TaskState], summary: dict[str, Any]
         lines.append(f"summary: {relative(Path(summary['summary_csv']))} (and summary.md, summary.png)")
     if summary and summary.get("curves_left"):
         lines.append(f"curves.png still to draw for {summary['curves_left']} task(s): run status again")
+    lines += [f"cost: {line}" for line in advice(costs, info.profile)]
     incomplete = [ts for ts in states if ts.state not in ACTIVE + ("completed",)]
     if incomplete:
         lines.append(f"resubmit the {len(incomplete)} incomplete task(s) with: "

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.rundir import plots
+from launcher.rundir.cost import COST_COLUMNS
 from launcher.rundir.layout import CURVES_FILE, METRICS_FILE, RESULT_FILE, SUMMARY_CSV, SUMMARY_MD, SUMMARY_PNG
 from launcher.rundir.record import RunInfo, load_run, read_optional, update_record, write_result
 from launcher.rundir.states import ACTIVE, TaskState, task_states
@@ -152,11 +153,13 @@ def _worth_recording(ts: TaskState) -> bool:
 
 
 def collect(run_dir: Path, states: list[TaskState] | None = None,
-            max_curves: int | None = 24, budget_s: float | None = None) -> dict[str, Any]:
+            max_curves: int | None = 24, budget_s: float | None = None,
+            costs: dict[int, dict[str, Any]] | None = None) -> dict[str, Any]:
     """(Re)build the run's result files from its folder and the scheduler; return a short summary.
 
     `max_curves` bounds how many per-task curve pictures one call draws, so that `status` on a
     thousand-task sweep answers in seconds (each call draws the next batch); None draws them all.
+    `costs` (launcher.rundir.cost.run_costs, by task) adds what each task used to a sweep's summary.
     """
     info = load_run(run_dir)
     states = task_states(info) if states is None else states
@@ -167,8 +170,10 @@ def collect(run_dir: Path, states: list[TaskState] | None = None,
                                "counts": _counts(states), "target_metric": metric, "curves_left": curves_left}
     if info.is_sweep:
         rows, swept = rows_of(info, states)
+        for row in rows:
+            row.update((costs or {}).get(row["task"], {}))
         rows = sort_rows(rows, metric, mode)
-        columns = ["task", *swept, "state", *metric_columns(metric), *TAIL_COLUMNS]
+        columns = ["task", *swept, "state", *metric_columns(metric), *TAIL_COLUMNS, *(COST_COLUMNS if costs else [])]
         csv_text = to_csv(rows, columns)
         title = (f"{run_dir.name}: {len(rows)} tasks, sorted by {metric} ({mode}); "
                  + ", ".join(f"{n} {k}" for k, n in summary["counts"].items()))

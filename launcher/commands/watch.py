@@ -1,0 +1,283 @@
+"""`submit.py watch [RUN]`: a live view of a run or a sweep, redrawn in place (rich), until it ends.
+
+    python submit.py watch [RUN] [--interval S] [--once]
+
+Per task: its state (pending with SLURM's reason, running, requeued, done, failed, ...), attempt,
+progress (epoch and step from metrics.jsonl) and speed, the last metrics, and a sparkline of the
+target metric; a sweep's tasks sorted by that metric. States come from launcher.rundir.states, as
+for `status`. Each task's metrics.jsonl and events.jsonl are read from where the last refresh
+stopped, so a refresh of a 1,000-task sweep reads only what was appended. It writes nothing, and
+leaving (q, Ctrl-C) leaves the run alone. Exit status: as `--wait`, 0 when every task completed,
+else 1 (`--once` while the run is still going: 0). `rich` is imported here only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from launcher.commands.console import EXIT_FAILED, EXIT_OK, ArgumentParser, overrides_text, relative
+from launcher.commands.operate import _add_run_arguments, _find
+from launcher.rundir.layout import EVENTS_FILE, METRICS_FILE
+from launcher.rundir.record import load_run
+from launcher.rundir.states import ACTIVE, TaskState, task_states
+
+SPARK = "▁▂▃▄▅▆▇█"
+SPARK_POINTS = 24
+# What the view calls our states (done reads better than completed in a live view).
+SHOWN = {"completed": "done"}
+COLOURS = {"done": "green", "running": "cyan", "pending": "yellow", "requeued": "magenta", "failed": "red",
+           "cancelled": "red", "timeout": "red"}
+HIDDEN_METRICS = ("epoch", "step", "time", "test_count", "epoch_time_s", "lr")
+
+
+class Tail:
+    """A JSON-lines file read incrementally: each read starts at the byte where the last one ended,
+    and a line still being written (no newline yet) waits for the next read."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.offset, self.bytes_read = path, 0, 0
+
+    def read(self) -> list[dict[str, Any]]:
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                chunk = fh.read()
+        except OSError:  # not written yet
+            return []
+        end = chunk.rfind(b"\n") + 1
+        self.offset += end
+        self.bytes_read += len(chunk)
+        rows = []
+        for line in chunk[:end].splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:  # a torn or foreign line: skipped, as `status` does
+                continue
+            if isinstance(row, dict):
+                rows.append(row)
+        return rows
+
+
+@dataclass
+class TaskView:
+    """What the run folder told about one task so far."""
+
+    metrics: Tail
+    events: Tail
+    last: dict[str, Any] = field(default_factory=dict)
+    curve: deque[float] = field(default_factory=lambda: deque(maxlen=SPARK_POINTS))
+    step: int | None = None
+    previous: tuple[float, int] | None = None  # (time, step) of the line before the last: the speed
+    attempts: int = 0
+
+    def update(self, target: str) -> None:
+        for row in self.metrics.read():
+            if isinstance(row.get("time"), (int, float)) and isinstance(row.get("step"), int) and self.last:
+                if isinstance(self.last.get("time"), (int, float)) and isinstance(self.last.get("step"), int):
+                    self.previous = (self.last["time"], self.last["step"])
+            self.last = row
+            if isinstance(row.get(target), (int, float)):
+                self.curve.append(float(row[target]))
+            if isinstance(row.get("step"), int):
+                self.step = row["step"]
+        for event in self.events.read():
+            if event.get("event") in ("started", "resumed"):
+                self.attempts += 1
+            if isinstance(event.get("step"), int):
+                self.step = max(self.step or 0, event["step"])
+
+
+def sparkline(values: list[float]) -> str:
+    if not values:
+        return ""
+    low, high = min(values), max(values)
+    return "".join(SPARK[round((v - low) / (high - low) * (len(SPARK) - 1)) if high > low else 0] for v in values)
+
+
+class Watcher:
+    """The run's states (from the scheduler and the folder) and its tasks' files, one refresh at a time."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.info = load_run(run_dir)
+        self.views: dict[int, TaskView] = {}
+        self.states: list[TaskState] = []
+
+    def refresh(self) -> None:
+        self.info = load_run(self.run_dir)  # a --resume adds job ids
+        self.states = task_states(self.info)
+        metric = self.info.target[0]
+        for ts in self.states:
+            view = self.views.get(ts.task)
+            if view is None:
+                view = self.views[ts.task] = TaskView(Tail(ts.task_dir / METRICS_FILE), Tail(ts.task_dir / EVENTS_FILE))
+            view.update(metric)
+
+    @property
+    def bytes_read(self) -> int:
+        return sum(v.metrics.bytes_read + v.events.bytes_read for v in self.views.values())
+
+    @property
+    def ended(self) -> bool:
+        return bool(self.states) and not any(ts.state in ACTIVE for ts in self.states)
+
+    def exit_status(self) -> int:
+        return EXIT_OK if all(ts.state == "completed" for ts in self.states) else EXIT_FAILED
+
+    def ordered(self) -> list[TaskState]:
+        """A sweep's tasks best first by the target metric's last value; then those without one, then
+        the failed (cancelled, timed out) ones, whose last value is not a result."""
+        metric, mode = self.info.target
+        if not self.info.is_sweep:
+            return self.states
+
+        def key(ts: TaskState) -> tuple[int, float, int]:
+            value = self.views[ts.task].last.get(metric)
+            if ts.state not in ACTIVE + ("completed",):
+                return (2, 0.0, ts.task)
+            if not isinstance(value, (int, float)):
+                return (1, 0.0, ts.task)
+            return (0, -value if mode == "max" else value, ts.task)
+        return sorted(self.states, key=key)
+
+    def frame(self) -> Any:
+        from rich.console import Group
+        from rich.table import Table
+        from rich.text import Text
+
+        metric, mode = self.info.target
+        counts: dict[str, int] = {}
+        for ts in self.states:
+            counts[SHOWN.get(ts.state, ts.state)] = counts.get(SHOWN.get(ts.state, ts.state), 0) + 1
+        head = Text(f"{relative(self.run_dir)}: {self.info.job.get('name', '?')} on "
+                    f"{self.info.profile.get('name', '?')} ({self.info.executor}), {len(self.states)} task(s): "
+                    + ", ".join(f"{n} {s}" for s, n in counts.items())
+                    + (f"; sorted by {metric} ({mode})" if self.info.is_sweep else ""))
+        table = Table(box=None, pad_edge=False, header_style="bold", expand=True)
+        # The narrow columns keep their width on a small terminal; the overrides and last metrics share
+        # what is left (ratio), cut with an ellipsis (rich would otherwise drop whole columns).
+        for column in ("task", "state", "attempt", "progress", "speed", metric, "curve"):
+            table.add_column(column, no_wrap=True)
+        for column in [*(["overrides"] if self.info.is_sweep else []), "last metrics"]:
+            table.add_column(column, no_wrap=True, overflow="ellipsis", ratio=1)
+        epochs = self.info.job.get("epochs")
+        for ts in self.ordered():
+            view = self.views[ts.task]
+            shown = SHOWN.get(ts.state, ts.state)
+            value = view.last.get(metric)
+            table.add_row(str(ts.task), Text(_state_text(ts, shown), style=COLOURS.get(shown, "")),
+                          str(max(view.attempts, ts.restarts + 1, 1)),
+                          _progress(view, ts.overrides.get("epochs", epochs)), _speed(view),
+                          f"{value:.4f}" if isinstance(value, (int, float)) else "-", sparkline(list(view.curve)),
+                          *([overrides_text(ts.overrides)] if self.info.is_sweep else []),
+                          ts.error if ts.state not in ACTIVE + ("completed",) and ts.error
+                          else _metrics_text(view.last, metric))
+        return Group(head, table)
+
+
+def _state_text(ts: TaskState, shown: str) -> str:
+    """`pending (Resources, from 15:20)`: SLURM's reason and expected start, where it gives them."""
+    if ts.state not in ("pending", "requeued"):
+        return shown
+    why = [ts.reason] if ts.reason else []
+    why += [time.strftime("from %H:%M", time.localtime(ts.expected_start))] if ts.expected_start else []
+    return f"{shown} ({', '.join(why)})" if why else shown
+
+
+def _progress(view: TaskView, epochs: Any) -> str:
+    """`66/220 (epoch 3/10)`: steps, the total from the steps the epochs so far took."""
+    epoch, step = view.last.get("epoch"), view.step
+    if step is None:
+        return "-"
+    if isinstance(epoch, int) and epoch > 0 and isinstance(epochs, int) and isinstance(view.last.get("step"), int):
+        total = view.last["step"] * epochs // epoch
+        return f"{step}/{total} (epoch {epoch}/{epochs})"
+    return f"step {step}"
+
+
+def _speed(view: TaskView) -> str:
+    if isinstance(view.last.get("images_per_second"), (int, float)):
+        return f"{view.last['images_per_second']:.0f} img/s"
+    if view.previous and isinstance(view.last.get("time"), (int, float)) and view.last["time"] > view.previous[0]:
+        return f"{(view.last['step'] - view.previous[1]) / (view.last['time'] - view.previous[0]):.1f} step/s"
+    return "-"
+
+
+def _metrics_text(last: dict[str, Any], metric: str) -> str:
+    return ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in last.items()
+                     if k not in HIDDEN_METRICS and k != metric and k != "images_per_second")
+
+
+def main(argv: list[str]) -> int:
+    parser = ArgumentParser(prog="submit.py watch", description="A live view of a run or sweep, redrawn in place "
+                            "until it ends (exit status as --wait); q or Ctrl-C leaves it running.")
+    _add_run_arguments(parser, required=False)
+    parser.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes (default 2)")
+    parser.add_argument("--once", action="store_true", help="print one frame and exit")
+    args = parser.parse_args(argv)
+    from rich.console import Console
+
+    watcher = Watcher(_find(args))
+    watcher.refresh()
+    console = Console()
+    if args.once:
+        console.print(watcher.frame())
+        return watcher.exit_status() if watcher.ended else EXIT_OK
+    return _live(watcher, console, max(0.1, args.interval))
+
+
+def _live(watcher: Watcher, console: Any, interval: float) -> int:
+    from rich.live import Live
+
+    keys = _Keys()
+    try:
+        with keys, Live(watcher.frame(), console=console, auto_refresh=False, transient=False) as live:
+            while not watcher.ended:
+                if keys.quit_within(interval):
+                    break
+                watcher.refresh()
+                live.update(watcher.frame(), refresh=True)
+    except KeyboardInterrupt:
+        pass
+    if watcher.ended:
+        return watcher.exit_status()
+    print(f"stopped watching; the run goes on (`status {relative(watcher.run_dir)}`)", file=sys.stderr)
+    return EXIT_OK
+
+
+class _Keys:
+    """`q` on a terminal's stdin ends the view: the terminal reads keys one by one meanwhile."""
+
+    def __init__(self) -> None:
+        self.saved: Any = None
+        self.fd = sys.stdin.fileno() if sys.stdin is not None and sys.stdin.isatty() else None
+
+    def __enter__(self) -> _Keys:
+        if self.fd is not None:
+            import termios
+            import tty
+
+            self.saved = termios.tcgetattr(self.fd)
+            tty.setcbreak(self.fd)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.saved is not None:
+            import termios
+
+            termios.tcsetattr(self.fd, termios.TCSADRAIN, self.saved)
+
+    def quit_within(self, seconds: float) -> bool:
+        if self.fd is None:
+            time.sleep(seconds)
+            return False
+        ready, _, _ = select.select([self.fd], [], [], seconds)
+        return bool(ready) and os.read(self.fd, 32).lower().count(b"q") > 0

@@ -1,0 +1,72 @@
+"""What a SLURM run cost against what its profile asked for: elapsed time, CPU efficiency, peak
+memory against `mem_per_task`, node-hours (from launcher.cluster.slurm.usage), and one line per
+profile key that the run used less than half of, so the user knows which request to lower.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from launcher.cluster.slurm.env import slurm_env
+from launcher.cluster.slurm.usage import JobUsage, sacct_usage
+from launcher.config import units
+from launcher.rundir.record import RunInfo
+from launcher.rundir.states import FINAL, TaskState
+
+# Under this fraction of a request, the request is worth lowering.
+WASTE_BELOW = 0.5
+# The figures that status --json and the sweep summary carry per task.
+COST_COLUMNS = ["elapsed_s", "cpu_efficiency", "max_rss_mb", "mem_requested_mb", "node_hours"]
+
+
+def task_cost(usage: JobUsage, profile: dict[str, Any]) -> dict[str, Any]:
+    """One task's figures; mem_requested_mb is the profile's mem_per_task (None: the partition default)."""
+    requested = units.memory_mb(profile["mem_per_task"]) if profile.get("mem_per_task") is not None else None
+    efficiency = usage.cpu_efficiency
+    return {"elapsed_s": usage.elapsed_s,
+            "cpu_efficiency": None if efficiency is None else round(efficiency, 4),
+            "max_rss_mb": None if usage.max_rss_bytes is None else round(usage.max_rss_bytes / 2**20, 1),
+            "mem_requested_mb": requested, "node_hours": round(usage.node_hours, 6),
+            "total_cpu_s": round(usage.total_cpu_s, 3), "alloc_cpus": usage.alloc_cpus, "nodes": usage.nodes}
+
+
+def run_costs(info: RunInfo, states: list[TaskState]) -> dict[int, dict[str, Any]]:
+    """The figures of each finished task of a SLURM run, by task index; {} elsewhere or without accounting."""
+    finished = {ts.job_id: ts.task for ts in states if ts.state in FINAL and ts.job_id}
+    if info.executor != "slurm" or not finished:
+        return {}
+    usage = sacct_usage(list(finished), slurm_env(info.slurm_conf), info.record.get("created")) or {}
+    return {task: task_cost(usage[job], info.profile) for job, task in finished.items() if job in usage}
+
+
+def advice(costs: dict[int, dict[str, Any]], profile: dict[str, Any]) -> list[str]:
+    """One line per profile key of which every finished task used under half (the best-used task counts)."""
+    if not costs:
+        return []
+    lines = []
+    efficiency = [c["cpu_efficiency"] for c in costs.values() if c["cpu_efficiency"] is not None]
+    # (A single CPU per task cannot be lowered: its idle time is waiting on data, not a request to trim.)
+    if efficiency and max(efficiency) < WASTE_BELOW and int(profile.get("cpus_per_task") or 1) > 1:
+        lines.append(f"the run used at most {max(efficiency):.0%} of its CPUs: lower cpus_per_task "
+                     f"(now {profile.get('cpus_per_task')})")
+    peaks = [c["max_rss_mb"] for c in costs.values() if c["max_rss_mb"] is not None]
+    requested = next(iter(costs.values()))["mem_requested_mb"]
+    if peaks and requested and max(peaks) < WASTE_BELOW * requested:
+        lines.append(f"the run's peak memory per task was {max(peaks):.0f} MB of {requested} MB: lower "
+                     f"mem_per_task (now {profile.get('mem_per_task')})")
+    limit_s = 60 * units.time_minutes(profile["time"]) if profile.get("time") is not None else None
+    longest = max(c["elapsed_s"] for c in costs.values())
+    if limit_s and longest < WASTE_BELOW * limit_s:
+        lines.append(f"the longest task ran {longest:.0f} s of its {limit_s // 60} min limit: lower time "
+                     f"(now {profile.get('time')})")
+    return lines
+
+
+def cost_cell(cost: dict[str, Any] | None) -> str:
+    """A short table cell: `cpu 45%, mem 620/768 MB, 0.0042 node-h`."""
+    if not cost:
+        return "-"
+    cpu = f"cpu {cost['cpu_efficiency']:.0%}" if cost["cpu_efficiency"] is not None else "cpu -"
+    peak = f"{cost['max_rss_mb']:.0f}" if cost["max_rss_mb"] is not None else "-"
+    mem = f"mem {peak}/{cost['mem_requested_mb']} MB" if cost["mem_requested_mb"] else f"mem {peak} MB"
+    return f"{cpu}, {mem}, {cost['node_hours']:.4f} node-h"
