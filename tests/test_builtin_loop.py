@@ -266,3 +266,29 @@ def test_builtin_cifar10_job_trains_from_the_jobs_data_dir(tmp_path: Path) -> No
                       download=False, verify_checksums=False, epochs=1, batch_size_per_rank=32)
     assert result["steps"] == 3
     assert epoch_lines(tmp_path / "run")[-1]["test_count"] == 30
+
+
+def test_settling_ddp_buckets_changes_no_weight_statistic_or_random_state_and_the_first_step_uses_the_final_layout(
+) -> None:
+    """The pass that fixes DDP's bucket layout before training (why: components.settle_buckets; the 4-rank exact
+    resume it makes hold: test_torchrun_launch.py) leaves what training would see as built: weights, BatchNorm
+    statistics, the RNG, no gradients; the first real step is already reduced in the rebuilt layout."""
+    import torch.distributed as dist
+
+    job = JobConfig(name="settle", model="resnet-small", dataset="synthetic-cifar10")
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        torch.manual_seed(0)
+        model, ddp, _ = components.build(job, torch.device("cpu"), True)
+        x = torch.randn(2, 3, 32, 32)
+        before = {k: v.clone() for k, v in model.state_dict().items()}
+        rng = torch.get_rng_state()
+        components.settle_buckets(ddp, x[:1])
+        assert model.training and all(p.grad is None for p in model.parameters())
+        assert torch.equal(torch.get_rng_state(), rng)
+        assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+        F.cross_entropy(ddp(x), torch.tensor([0, 1])).backward()
+        assert ddp._has_rebuilt_buckets  # at that step's forward: its backward reduces in the final layout
+    finally:
+        ddp = None
+        dist.destroy_process_group()

@@ -64,6 +64,30 @@ def build(job: JobConfig, device: torch.device, distributed: bool) -> tuple[nn.M
     return model, ddp, forward
 
 
+def settle_buckets(ddp: nn.Module, sample: torch.Tensor) -> None:
+    """Run one gradient-free pass (a zero loss, eval mode, nothing stepped) through DDP, so that every
+    real step of every attempt reduces its gradients in the same bucket layout.
+
+    Why: DDP's first backward reduces all gradients in one bucket in parameter order, then it
+    rebuilds the buckets in the order gradients became ready (the reverse, in 1 MB/`bucket_cap_mb`
+    buckets). A resumed attempt's first step is its DDP's first backward, so it reduced that step in
+    the first layout where the uninterrupted run used the rebuilt one. With 3 or more ranks, where an
+    element sits in the flat bucket decides the order in which the ring all-reduce adds the ranks'
+    values (2 ranks: a + b = b + a exactly): the resumed weights differed by ~1e-8 from that step on.
+    After this pass both runs reduce every step in the rebuilt layout.
+    """
+    if not isinstance(ddp, DDP):
+        return
+    module, training = ddp.module, ddp.module.training
+    module.eval()  # no BatchNorm statistics updated, no dropout drawn: the weights' and RNG's state stay as built
+    try:
+        (ddp(sample).float().sum() * 0).backward()
+    finally:
+        module.train(training)
+    for param in module.parameters():
+        param.grad = None
+
+
 def make_optimizer(job: JobConfig, model: nn.Module) -> torch.optim.Optimizer:
     if job.optimizer == "adamw":
         return torch.optim.AdamW(model.parameters(), lr=job.lr, weight_decay=job.weight_decay)

@@ -6,7 +6,8 @@ path as an `entrypoint:` job (trainer.runners.functions); the model, data and st
 
 Exact resume: the data order is a pure function of (seed, epoch), so the checkpoint's `loop` counters
 (the epoch and the position in it) plus what the Context keeps for every rank (its RNG states and, as a
-`per_rank` object, its running epoch loss) restart an interrupted epoch bit for bit.
+`per_rank` object, its running epoch loss) restart an interrupted epoch bit for bit; and every step
+of every attempt reduces its gradients in the same DDP bucket layout (components.settle_buckets).
 """
 
 from __future__ import annotations
@@ -110,6 +111,7 @@ def fit(ctx: Context, job: JobConfig) -> dict[str, Any]:
 def build(ctx: Context, job: JobConfig) -> Parts:
     dataset = components.load_data(job, ctx.local_rank, ctx.ranks).to(ctx.device)
     model, ddp, forward = components.build(job, ctx.device, ctx.distributed)
+    components.settle_buckets(ddp, data.prepare(dataset.train_x[:1], dataset, False, None, job.channels_last))
     optimizer = components.make_optimizer(job, model)
     per_epoch = steps_per_epoch(len(dataset.train_y), ctx.world_size, job.batch_size_per_rank)
     scheduler = components.make_scheduler(job, optimizer, per_epoch * job.epochs)
