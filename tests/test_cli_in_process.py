@@ -228,10 +228,14 @@ def test_the_dry_run_shows_the_run_folder_and_what_each_executor_is_given(
                      "--set", "profile.signal=USR1", "--set", "profile.data_dir=elsewhere"], capsys)
     run_dir = Path(shown["run_dir"])
     assert run_dir.parent == tmp_path / "runs" and shown["log_dir"] == str(run_dir / "logs")
-    assert shown["settings"] == {"run_dir": str(run_dir), "data_dir": str(tmp_path / "elsewhere"), "use_gpus": False,
-                                 "threads": 1, "checkpoint_every_steps": 7, "init_timeout_s": 180,
-                                 "collective_timeout_s": 90, "stop_signal": "USR1", "progress_bar": True,
-                                 "max_restarts": 3}
+    expected = {"run_dir": str(run_dir), "data_dir": str(tmp_path / "elsewhere"), "use_gpus": False,
+                "threads": 1, "checkpoint_every_steps": 7, "init_timeout_s": 180,
+                "collective_timeout_s": 90, "stop_signal": "USR1", "progress_bar": True,
+                "max_restarts": 3}
+    assert {key: shown["settings"].get(key) for key in expected} == expected
+    # What the trackers tag a run with (trainer/rank/trackers.py): its profile, and its place in a sweep.
+    assert {key: shown["settings"].get(key) for key in ("profile", "task", "sweep", "swept")} == \
+        {"profile": "local", "task": 0, "sweep": "", "swept": {}}
     assert shown["executor_parameters"] == {"timeout_min": 60, "tasks_per_node": 2, "nodes": 1, "gpus_per_node": 0,
                                             "signal_delay_s": 120}
     assert shown["sweep_overrides"] is None
@@ -261,14 +265,15 @@ def test_a_container_sees_its_binds_the_code_and_the_run_folder(capsys: pytest.C
     shown = dry_run(["--profile", "slurm-cpu", "--set", "profile.container=/img.sif", "--set",
                      f"profile.container_runtime={runtime}", "--set", "profile.container_binds=[/tmp]",
                      "--set", "profile.python=/opt/py"], capsys)
-    run_dir = shown["run_dir"]
+    # The directory the ranks start in (where the user submitted) is bound too (docs/your-code.md).
+    run_dir, here = shown["run_dir"], shown["submit_dir"]
     (srun,) = [line for line in script_lines(shown) if line.startswith("srun ")]
     if runtime == "apptainer":
-        assert (f"apptainer exec --bind /tmp --bind {CODE_ROOT} --bind {run_dir} /img.sif /opt/py -u -m "
+        assert (f"apptainer exec --bind /tmp --bind {CODE_ROOT} --bind {run_dir} --bind {here} /img.sif /opt/py -u -m "
                 "submitit.core._submit") in srun
     else:
         assert (f"--container-image=/img.sif --container-mounts=/tmp:/tmp,{CODE_ROOT}:{CODE_ROOT},"
-                f"{run_dir}:{run_dir} /opt/py -u -m submitit.core._submit") in srun
+                f"{run_dir}:{run_dir},{here}:{here} /opt/py -u -m submitit.core._submit") in srun
     # Without a container, srun starts the profile's interpreter itself.
     (srun,) = [line for line in script_lines(dry_run(["--profile", "slurm-cpu", "--set", "profile.python=/opt/py"],
                                                      capsys)) if line.startswith("srun ")]
@@ -621,8 +626,8 @@ EXECUTOR_LIMITS = [
      "key 'tasks_per_node' has invalid value 1; expected one task per GPU: 2 (= gpus_per_node)"),
     (["--profile", "slurm-cpu", "--set", "profile.time=1", "--set", "profile.signal_delay_s=60"],
      "key 'signal_delay_s' has invalid value 60; expected fewer seconds than the time limit (60 s)"),
-    (["--profile", "slurm-cpu", "--set", "profile.sbatch_extra.t=1"], "--t would change tasks_per_node / time, "
-     "which the profile sets"),
+    (["--profile", "slurm-cpu", "--set", "profile.sbatch_extra.t=1"], "--t is not supported (sbatch would only "
+     "estimate a start time and queue nothing)"),
     (["--set", "profile.env.BAD-NAME=1"], "key 'env.BAD-NAME' has invalid value 'BAD-NAME'; expected a shell variable "
      "name (letters, digits, underscore)"),
     (["--set", "profile.env.a1_B=1", "--set", "profile.env.1a=1"], "key 'env.1a' has invalid value '1a'"),

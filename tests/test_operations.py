@@ -229,4 +229,4 @@ def test_runs_are_ordered_by_when_they_were_made_not_by_when_run_json_last_chang
     assert [row["run"] for row in rows] == ["a-newest", "z-middle", "b-oldest", "20250101-000000-digits-local",
                                             "m-bad-created"]
     assert rows[-1]["state"].startswith("unreadable (") and "'created'" in rows[-1]["state"], rows[-1]
-    assert "yesterday" in rows[-1]["state"] and "expected a JSON number" in rows[-1]["state"]
+    assert "yesterday" in rows[-1]["state"] and "expected a finite JSON number" in rows[-1]["state"]

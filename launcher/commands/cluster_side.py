@@ -27,7 +27,10 @@ def main(argv: list[str]) -> int:
         (folder / f"{key}.yaml").write_text(yaml.safe_dump(spec[key]))
     synced = Path(spec["code"])
 
-    def copy_synced(run_dir: Path, code_root: Path = synced) -> Path:
+    # snapshot.ensure's signature; the project and the submit directory are the laptop's, so only the
+    # synced tool code is copied (a user's own project does not travel yet: docs/remote.md).
+    def copy_synced(run_dir: Path, project: object = None, submit_dir: object = None,
+                    code_root: Path = synced) -> Path:
         target = snapshot.snapshot_dir(run_dir)
         if not (target / snapshot.NOTE_FILE).is_file():
             partial = target.with_name(f".{snapshot.SNAPSHOT_DIR}.partial")
