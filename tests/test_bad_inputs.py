@@ -414,7 +414,7 @@ def test_corpus_is_large_enough() -> None:
 TINY = 'entrypoint: "tests.userpkg.tiny:train"\n'
 USER_CODE_CASES = [
     ("entrypoint module missing", {"u.yaml": 'entrypoint: "nosuchpkg.train:main"\n'}, ["--job", "{u.yaml}"],
-     ["u.yaml: key 'entrypoint'", "nosuchpkg.train:main", "no module named 'nosuchpkg'", "job file's folder"]),
+     ["u.yaml: key 'entrypoint'", "nosuchpkg.train:main", "no module named 'nosuchpkg'", "PYTHONPATH and installed packages"]),
     ("entrypoint function missing", {"u.yaml": 'entrypoint: "tests.userpkg.tiny:trian"\n'}, ["--job", "{u.yaml}"],
      ["u.yaml: key 'entrypoint'", "has no function 'trian'", "train"]),
     ("entrypoint not module:function", {"u.yaml": 'entrypoint: "tests/userpkg/tiny.py"\n'}, ["--job", "{u.yaml}"],
