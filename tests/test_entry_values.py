@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from launcher.commands.main import main
 from launcher.request.executor import check_script
 from tests.helpers import run_submit
 from tests.test_bad_inputs import write
+from tests.test_cli_in_process import call  # the command line in this process, its exit code and output
 from trainer.config import values
 from trainer.config.schema import ConfigError
 
@@ -95,15 +95,6 @@ CASES = [
 def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SLURM_CONF", raising=False)
     monkeypatch.chdir(tmp_path)
-
-
-def call(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exit_:
-        code = exit_.code
-    out, err = capsys.readouterr()
-    return int(code or 0), out, err
 
 
 @pytest.mark.parametrize("files,args,expected", [c[1:] for c in CASES], ids=[c[0] for c in CASES])

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from launcher.commands.main import main
+from tests.test_cli_in_process import call  # the command line in this process, its exit code and output
 
 DEAD = ["4999998", "4999999"]  # above /proc/sys/kernel/pid_max's ceiling (2**22): no process has them
 JOB = {"name": "digits", "model": "mlp", "dataset": "digits", "epochs": 1, "lr": 0.05,
@@ -81,15 +81,6 @@ MUTATIONS = st.sampled_from(sorted(KEYS)).flatmap(
 def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SLURM_CONF", raising=False)
     monkeypatch.chdir(tmp_path)
-
-
-def call(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exit_:
-        code = exit_.code
-    out, err = capsys.readouterr()
-    return int(code or 0), out, err
 
 
 def answers_or_one_error(code: int, err: str, record: str, key: str) -> None:
