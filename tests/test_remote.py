@@ -186,3 +186,73 @@ def test_a_bad_login_key_is_one_error_line_naming_the_key(tmp_path: Path, capsys
     code = main(["--profile", str(tmp_path / "mylab.yaml"), "--set", f"profile.{key}={value}", "--dry-run"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and f"key '{key}'" in err[0] and valid in err[0], err
+
+
+ENTRY = '''import os
+
+import mypkg
+
+
+def main(ctx, config):
+    with open(os.path.join(config["data"], "x.txt")) as f:
+        data = f.read().strip()
+    ctx.log({"ok": 1.0}, 1)
+    return {"ok": 1.0, "version": mypkg.VERSION, "data": data, "module": mypkg.__file__, "cwd": os.getcwd()}
+'''
+
+
+def user_repo(root: Path) -> Path:
+    """A git repository of the user's own, outside this project: a package, a job file, data beside it."""
+    files = {"mypkg/__init__.py": 'VERSION = "submitted"\n', "mypkg/train.py": ENTRY,
+             "sub/data/x.txt": "sub-data\n", "data/x.txt": "root-data\n",
+             ".gitignore": f"runs/\n# {root.parent.name} {time.time()}: a project the cluster side has not seen\n",
+             "jobs/entry.yaml": 'entrypoint: "mypkg.train:main"\ntarget_metric: ok\nconfig:\n  data: data\n'}
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    (root / "sub" / "mylab.yaml").write_text(PROFILE)
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "submitted"]):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=root, check=True)
+    return root
+
+
+def test_a_user_project_travels_and_an_edit_after_submission_does_not_reach_the_queued_run(
+        laptop: Laptop, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """A user entrypoint from its own git repository, submitted from its `sub/` folder over SSH and
+    held in the queue (--begin); a second submission of the unchanged project sends no file; the
+    laptop's copy is edited, then the held job released: it runs the submitted code, imported from
+    its RUN/project, in the synced copy of `sub/` (its relative `data` is sub/data); `logs -f` from
+    the laptop follows it to the end."""
+    repo = user_repo(tmp_path / "repo")
+    args = ["--profile", "mylab.yaml", "--job", "../jobs/entry.yaml", "--set", f"profile.runs_dir={tmp_path / 'runs'}"]
+
+    def run(*more: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(laptop.argv(*args, *more), cwd=repo / "sub", env=laptop.env(), capture_output=True,
+                              text=True, timeout=300, check=False)
+
+    held = run("--set", "profile.sbatch_extra.begin=now+1hour", "--json")
+    assert held.returncode == 0, held.stdout + held.stderr
+    job_id = str(json.loads(held.stdout.strip().splitlines()[-1])["job_id"])
+    request.addfinalizer(lambda: laptop.server.run_remote(f"scancel {job_id}", check=False))  # type: ignore[attr-defined]
+    (sent,) = [line for line in held.stdout.splitlines() if line.startswith("project: ")]
+    assert sent.startswith("project: 7 of 7 file(s) sent to mylab:"), sent
+    (record,) = [p.parent for p in (tmp_path / "runs").glob("*/remote.json")]
+    # The same project again: the synced folder is found whole (refused afterwards by the cluster
+    # side's live preflight, an unknown partition, so nothing more is queued).
+    again = run("--set", "profile.partition=nosuch")
+    assert "project: 0 of 7 file(s) sent" in again.stdout, again.stdout + again.stderr
+    assert again.returncode == 2 and "nosuch" in again.stderr, again.stderr
+
+    (repo / "mypkg" / "__init__.py").write_text('VERSION = "edited"\n')
+    (repo / "sub" / "data" / "x.txt").write_text("edited-data\n")
+    laptop.server.run_remote(f"scontrol update jobid={job_id} starttime=now")  # type: ignore[attr-defined]
+    follow = subprocess.run(laptop.argv("logs", "-f", str(record)), cwd=repo, env=laptop.env(), capture_output=True,
+                            text=True, timeout=300, check=False)
+    assert follow.returncode == 0, follow.stdout[-2000:] + follow.stderr
+    assert states(laptop, record) == ["COMPLETED"]
+    remote = json.loads((record / "remote.json").read_text())
+    result = json.loads(laptop.server.run_remote(  # type: ignore[attr-defined]
+        f"cat {remote['remote_run_dir']}/result.json").stdout)
+    assert result["version"] == "submitted" and result["data"] == "sub-data", result
+    assert result["module"] == f"{remote['remote_run_dir']}/project/mypkg/__init__.py", result
+    assert result["cwd"] == f"{remote['project']}/sub", "the ranks start in the synced copy of sub/"

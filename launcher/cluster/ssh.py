@@ -77,11 +77,28 @@ class Connection:
 
     def rsync(self, source: Path, dest: str) -> int:
         """Returns how many files were transferred."""
-        done = subprocess.run(self.rsync_argv(source, dest), capture_output=True, text=True, check=False)
+        return self._transfer(self.rsync_argv(source, dest), dest)
+
+    def files_rsync_argv(self, source: Path, dest: str) -> list[str]:
+        """Copy the files named on standard input (NUL-separated, relative to `source`) into the remote
+        folder `dest`, comparing contents. No --delete: `dest` is content-addressed, so every file
+        named is exact after it, and what runs wrote there since (their working directory) stays."""
+        rsh = shlex.join(ssh_argv(self.control))
+        return ["rsync", "-lc", "--stats", "--from0", "--files-from=-", "-e", rsh, f"{source}/",
+                f"{self.login}:{shlex.quote(dest)}/"]
+
+    def rsync_files(self, source: Path, names: list[str], dest: str) -> int:
+        """`names` of `source` into `dest`; how many files were transferred."""
+        listed = "\0".join(names).encode("utf-8", "surrogateescape")
+        return self._transfer(self.files_rsync_argv(source, dest), dest, listed)
+
+    def _transfer(self, argv: list[str], dest: str, stdin: bytes | None = None) -> int:
+        done = subprocess.run(argv, input=stdin, capture_output=True, check=False)
+        out, err = done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace")
         if done.returncode != 0:
-            raise ConfigError(f"login {self.login}: rsync of the code to {dest} failed: "
-                              f"{_last_line(done.stderr) or f'exit {done.returncode}'}")
-        found = re.search(r"Number of regular files transferred: ([\d,]+)", done.stdout)
+            raise ConfigError(f"login {self.login}: rsync to {dest} failed: "
+                              f"{_last_line(err) or f'exit {done.returncode}'}")
+        found = re.search(r"Number of regular files transferred: ([\d,]+)", out)
         return int(found.group(1).replace(",", "")) if found else -1
 
 

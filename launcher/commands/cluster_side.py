@@ -5,13 +5,21 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from launcher.rundir import snapshot
 
 
 def main(argv: list[str]) -> int:
     """The cluster side of a submission (run there from the synced code): write the shipped profile
     and job, keep the run folder name the laptop chose (its record already names it), and make the
     run's code snapshot a copy of the synced tree as it is (whatever the laptop's snapshot held),
-    then the tool's own command line."""
+    then the tool's own command line. A job of your own comes with its project synced to
+    REMOTE_DIR/projects/<hash>: that folder stands in for your checkout, as on a login node (the
+    check imports from it, the run's RUN/project is copied from it, and the ranks start in its copy
+    of the folder you submitted from)."""
+    import os
     import shutil
 
     import yaml
@@ -19,28 +27,38 @@ def main(argv: list[str]) -> int:
     from launcher.commands.main import main as tool
     from launcher.rundir import layout, snapshot
 
-    spec_file = Path(argv[0])
+    spec_file = Path(argv[0]).resolve()
     spec = json.loads(spec_file.read_text())
     folder = spec_file.with_suffix("")
     folder.mkdir(exist_ok=True)
     for key in ("profile", "job"):
         (folder / f"{key}.yaml").write_text(yaml.safe_dump(spec[key]))
     synced = Path(spec["code"])
+    shipped = spec.get("project") or {}
+    ensure = snapshot.ensure
 
-    # snapshot.ensure's signature; the project and the submit directory are the laptop's, so only the
-    # synced tool code is copied (a user's own project does not travel yet: docs/remote.md).
-    def copy_synced(run_dir: Path, project: object = None, submit_dir: object = None,
+    # snapshot.ensure's signature: the tool's code is the synced tree whole; the project (surveyed
+    # here, in the synced project) is copied as on a login node.
+    def copy_synced(run_dir: Path, project: snapshot.Survey | None = None, submit_dir: Path | None = None,
                     code_root: Path = synced) -> Path:
         target = snapshot.snapshot_dir(run_dir)
         if not (target / snapshot.NOTE_FILE).is_file():
+            note = {**spec["note"], "synced_to": str(code_root)}
+            if project is not None:
+                ensure(run_dir, project, submit_dir, code_root)  # RUN/project, and its part of the note
+                note["project"] = {**(snapshot.read_note(run_dir) or {}).get("project", {}),
+                                   "laptop_root": shipped.get("laptop_root"),
+                                   "laptop_submit_dir": shipped.get("laptop_submit_dir")}
+                shutil.rmtree(target)
             partial = target.with_name(f".{snapshot.SNAPSHOT_DIR}.partial")
             shutil.rmtree(partial, ignore_errors=True)
             shutil.copytree(code_root, partial, symlinks=True)
-            (partial / snapshot.NOTE_FILE).write_text(json.dumps({**spec["note"], "synced_to": str(code_root)},
-                                                                 indent=1) + "\n")
+            (partial / snapshot.NOTE_FILE).write_text(json.dumps(note, indent=1) + "\n")
             partial.replace(target)
         return target
 
     layout.new_run_dir = lambda *_: Path(spec["run_dir"])  # type: ignore[assignment]
     snapshot.ensure = copy_synced  # type: ignore[assignment]
+    if shipped.get("submit_dir"):  # submitted from inside the project: its place in the synced copy
+        os.chdir(shipped["submit_dir"])
     return tool(["--profile", str(folder / "profile.yaml"), "--job", str(folder / "job.yaml"), *argv[1:]])

@@ -113,7 +113,7 @@ def preview(args: argparse.Namespace, argv: list[str]) -> int:
     if sub.profile.login:  # over SSH: never connects; shows the ssh and rsync lines instead
         from launcher.commands.remote import dry_run_lines
 
-        print(dry_run_lines(sub.profile), end="", flush=True)
+        print(dry_run_lines(sub.profile, sub.project_root), end="", flush=True)
         return dry_run(plan, args.json, None)
     return dry_run(plan, args.json, array_chunk(plan, dry_run=True))
 

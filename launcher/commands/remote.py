@@ -15,7 +15,9 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -26,6 +28,7 @@ from typing import Any
 from launcher.cluster.ssh import Connection, connection_error, remote_path
 from launcher.commands.console import EXIT_BAD_INPUT, error_line
 from launcher.config.profile import Profile
+from trainer.config import project
 from trainer.config.schema import ConfigError
 
 RECORD = "remote.json"
@@ -49,7 +52,7 @@ def preflight(conn: Connection, profile: Profile) -> str:
     script = (f"D={remote_path(profile.remote_dir)}; command -v rsync >/dev/null 2>&1 || {{ echo 'missing: rsync'; "
               f"exit 3; }}; command -v {py} >/dev/null 2>&1 || {{ echo 'missing: python'; exit 3; }}; "
               f"{py} -c 'import submitit, yaml' >/dev/null 2>&1 || {{ echo 'missing: modules'; exit 3; }}; "
-              f"mkdir -p \"$D/code\" \"$D/runs\" 2>/dev/null && test -w \"$D\" || {{ echo 'unwritable'; exit 4; }}; "
+              f"mkdir -p \"$D/code\" \"$D/projects\" \"$D/runs\" 2>/dev/null && test -w \"$D\" || {{ echo 'unwritable'; exit 4; }}; "
               f"cd \"$D\" && pwd -P")
     done = conn.run(script, timeout=120)
     if (said := connection_error(conn.login, done.returncode, done.stderr)) is not None:
@@ -74,10 +77,59 @@ def preflight(conn: Connection, profile: Profile) -> str:
 
 def code_hash(code: Path) -> str:
     """The snapshot's content address: its files' names and bytes (not its SNAPSHOT.json timing)."""
+    return files_hash(code, [str(p.relative_to(code)) for p in code.rglob("*")
+                             if p.is_file() and p.name != "SNAPSHOT.json"])
+
+
+def files_hash(root: Path, names: list[str]) -> str:
+    """The content address of `names` (relative to `root`): their names and bytes (a symbolic link: its target)."""
     digest = hashlib.sha256()
-    for path in sorted(p for p in code.rglob("*") if p.is_file() and p.name != "SNAPSHOT.json"):
-        digest.update(str(path.relative_to(code)).encode() + b"\0" + path.read_bytes() + b"\0")
+    for name in sorted(names):
+        path = root / name
+        body = os.readlink(path).encode() if path.is_symlink() else path.read_bytes()
+        digest.update(name.encode("utf-8", "surrogateescape") + b"\0" + body + b"\0")
     return digest.hexdigest()[:20]
+
+
+def sync_project(conn: Connection, sub: Any, source: str, remote_root: str) -> dict[str, Any] | None:
+    """Your own project (an `entrypoint:`/`script:` job's root) to REMOTE_DIR/projects/<content hash>,
+    the files a snapshot would take (git's list, .gitignore and snapshot_exclude honoured), sent
+    from where they are: an unchanged project lands in the same folder and transfers no file.
+    On the cluster side that folder stands in for your checkout (docs/remote.md). None: no project."""
+    from launcher.rundir import snapshot
+
+    if not sub.project_root:
+        return None
+    root = Path(sub.project_root).resolve()
+    files = sub.project if sub.project is not None else snapshot.survey(
+        root, sub.profile.snapshot_exclude, sub.profile.snapshot_max_mb, source,
+        skip=[Path(sub.profile.runs_dir).expanduser().resolve()])
+    address = files_hash(root, files.files)
+    where = f"{remote_root}/projects/{address}"
+    sent = conn.rsync_files(root, files.files, where)
+    here = Path(sub.submit_dir).resolve()
+    rel = here.relative_to(root) if project.inside(here, root) else None
+    return {"root": str(root), "dir": where, "hash": address, "files": len(files.files), "sent": sent,
+            "submit_dir": "" if rel is None else where if rel == Path(".") else f"{where}/{rel}"}
+
+
+def project_job(job_data: dict[str, Any], job: Any, synced: dict[str, Any]) -> dict[str, Any]:
+    """The job as the cluster side reads it: the project root, the job file's folder and the script
+    (made absolute by the check here) moved to their places in the synced project; a job file's
+    folder outside the project does not travel (the synced project root stands for it)."""
+    root, there = Path(synced["root"]), synced["dir"]
+
+    def moved(path: str) -> str | None:
+        where = Path(path).resolve()
+        if not project.inside(where, root):
+            return None
+        rel = where.relative_to(root)
+        return there if rel == Path(".") else f"{there}/{rel}"
+
+    data = {**job_data, "project_root": there, "code_dir": (job.code_dir and moved(job.code_dir)) or there}
+    if job.script and (script := moved(job.script)) is not None:
+        data["script"] = script
+    return data
 
 
 def shipped_profile(profile: Profile, remote_root: str) -> dict[str, Any]:
@@ -90,7 +142,7 @@ def shipped_profile(profile: Profile, remote_root: str) -> dict[str, Any]:
     return data
 
 
-def submit(sub: Any, args: argparse.Namespace, job_data: dict[str, Any]) -> int:
+def submit(sub: Any, args: argparse.Namespace, job_data: dict[str, Any], source: str = "") -> int:
     """A new run over SSH; `sub` was planned and checked on this machine."""
     from launcher.rundir import layout, snapshot
 
@@ -107,18 +159,30 @@ def submit(sub: Any, args: argparse.Namespace, job_data: dict[str, Any]) -> int:
     code = snapshot.ensure(local)
     address = code_hash(code)
     sent = conn.rsync(code, f"{root}/code/{address}")
+    try:
+        synced = sync_project(conn, sub, source or profile.name, root)
+    except ConfigError:
+        shutil.rmtree(local, ignore_errors=True)  # nothing was queued: no run record either
+        raise
     remote_run = f"{root}/runs/{local.name}"
     record = {"name": local.name, "profile": profile.name, "login": profile.login, "remote_dir": root,
               "remote_run_dir": remote_run, "code": address, "python": interpreter(profile), "job_ids": [],
-              "job": sub.tasks[0].job.name, "tasks": len(sub.tasks), "created": time.time()}
+              "job": sub.tasks[0].job.name, "tasks": len(sub.tasks), "created": time.time(),
+              **({"project": synced["dir"]} if synced else {})}
     _write(local, record)
     print(f"code: {sent} file(s) sent to {profile.login}:{root}/code/{address}", flush=True)
+    if synced:
+        print(f"project: {synced['sent']} of {synced['files']} file(s) sent to {profile.login}:{synced['dir']}",
+              flush=True)
+        job_data = project_job(job_data, sub.tasks[0].job, synced)
     spec = {"profile": shipped_profile(profile, root), "job": job_data, "run_dir": remote_run,
-            "code": f"{root}/code/{address}", "note": snapshot.read_note(local) or {}}
+            "code": f"{root}/code/{address}", "note": snapshot.read_note(local) or {},
+            "project": synced and {"dir": synced["dir"], "submit_dir": synced["submit_dir"],
+                                   "laptop_root": synced["root"], "laptop_submit_dir": str(sub.submit_dir)}}
     extra = ["--json", *(["--wait"] if args.wait else [])]
     command = (f"cd {shlex.quote(root)} && mkdir -p submissions && cat > submissions/{local.name}.json && "
-               f"PYTHONPATH=code/{address} exec {shlex.quote(record['python'])} -c {shlex.quote(_SUBMIT_BOOT)} "
-               f"submissions/{local.name}.json {shlex.join(extra)}")
+               f"PYTHONPATH=\"$PWD/code/{address}\" exec {shlex.quote(record['python'])} "
+               f"-c {shlex.quote(_SUBMIT_BOOT)} submissions/{local.name}.json {shlex.join(extra)}")
     code_rc, last = _stream(conn, command, json.dumps(spec))
     if code_rc == 255:
         print(error_line(f"{connection_error(profile.login, 255, '') or 'the connection was lost'}; the run may "
@@ -172,14 +236,18 @@ def read_record(folder: Path) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def dry_run_lines(profile: Profile) -> str:
+def dry_run_lines(profile: Profile, project_root: str = "") -> str:
     """What a submission would run over SSH (nothing connects): shown by --dry-run."""
     conn = Connection(profile.login, control=Path("<private socket folder>"))
     rsync = conn.rsync_argv(Path("RUN/code"), f"{profile.remote_dir}/code/<content hash>")
+    project = ""
+    if project_root:  # your project's files (the snapshot's list, on standard input)
+        files = conn.files_rsync_argv(Path(project_root), f"{profile.remote_dir}/projects/<content hash>")
+        project = f"# then (your project's files, named on standard input): {shlex.join(files)}\n"
     ssh = conn.argv(f"cd {profile.remote_dir} && PYTHONPATH=code/<content hash> {interpreter(profile)} -c ... "
                     f"--profile PROFILE --job JOB --json")
     return (f"# over SSH to {profile.login} (nothing connects in a dry run):\n# preflight, then: "
-            f"{shlex.join(rsync)}\n# then: {shlex.join(ssh)}\n")
+            f"{shlex.join(rsync)}\n{project}# then: {shlex.join(ssh)}\n")
 
 
 def relayed(argv: list[str]) -> int | None:
@@ -211,7 +279,7 @@ def relayed(argv: list[str]) -> int | None:
     rest = _without_runs_dir(words[:run] + [record["remote_run_dir"]] + words[run + 1:])
     rest += ["--runs-dir", f"{record['remote_dir']}/runs"]
     conn = Connection(record["login"])
-    command = (f"cd {shlex.quote(record['remote_dir'])} && PYTHONPATH=code/{record['code']} exec "
+    command = (f"cd {shlex.quote(record['remote_dir'])} && PYTHONPATH=\"$PWD/code/{record['code']}\" exec "
                f"{shlex.quote(record['python'])} -c {shlex.quote(_MAIN_BOOT)} {shlex.join(head + rest)}")
     code = subprocess.run(conn.argv(command), check=False).returncode
     if code == 255:

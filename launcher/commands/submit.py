@@ -60,5 +60,5 @@ def submit(args: argparse.Namespace, argv: list[str]) -> int:
         from launcher.commands import remote
         from launcher.config.resolve import job_data
 
-        return remote.submit(sub, args, job_data(args.job, args.sets))
+        return remote.submit(sub, args, job_data(args.job, args.sets), source)
     return execute(NewRun(sub, source, argv), args)
