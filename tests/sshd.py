@@ -144,7 +144,11 @@ def make_server(root: Path, slurm_conf: Path) -> Server:
         if not (root / name).exists():
             subprocess.run([*keygen, "-f", str(root / name)], check=True)
     authorized = home / ".ssh" / "authorized_keys"
-    authorized.write_text((root / "client_key.pub").read_text())
+    # Added, not replaced: another test session or benchmark may be using the account with its own key.
+    known_keys = authorized.read_text() if authorized.is_file() else ""
+    key_line = (root / "client_key.pub").read_text()
+    if key_line not in known_keys:
+        authorized.write_text(known_keys + ("" if known_keys.endswith("\n") or not known_keys else "\n") + key_line)
     shutil.chown(authorized, USER, USER)
     authorized.chmod(0o600)
     port = _free_port()

@@ -79,18 +79,19 @@ class Connection:
         """Returns how many files were transferred."""
         return self._transfer(self.rsync_argv(source, dest), dest)
 
-    def files_rsync_argv(self, source: Path, dest: str) -> list[str]:
+    def files_rsync_argv(self, source: Path, dest: str, copy_dest: str = "") -> list[str]:
         """Copy the files named on standard input (NUL-separated, relative to `source`) into the remote
-        folder `dest`, comparing contents. No --delete: `dest` is content-addressed, so every file
-        named is exact after it, and what runs wrote there since (their working directory) stays."""
+        folder `dest`, comparing contents; `copy_dest`: a folder there whose identical files are
+        copied there instead of sent (an earlier version of the same project)."""
         rsh = shlex.join(ssh_argv(self.control))
-        return ["rsync", "-lc", "--stats", "--from0", "--files-from=-", "-e", rsh, f"{source}/",
+        return ["rsync", "-lc", "--stats", "--from0", "--files-from=-",
+                *([f"--copy-dest={copy_dest}"] if copy_dest else []), "-e", rsh, f"{source}/",
                 f"{self.login}:{shlex.quote(dest)}/"]
 
-    def rsync_files(self, source: Path, names: list[str], dest: str) -> int:
+    def rsync_files(self, source: Path, names: list[str], dest: str, copy_dest: str = "") -> int:
         """`names` of `source` into `dest`; how many files were transferred."""
         listed = "\0".join(names).encode("utf-8", "surrogateescape")
-        return self._transfer(self.files_rsync_argv(source, dest), dest, listed)
+        return self._transfer(self.files_rsync_argv(source, dest, copy_dest), dest, listed)
 
     def _transfer(self, argv: list[str], dest: str, stdin: bytes | None = None) -> int:
         done = subprocess.run(argv, input=stdin, capture_output=True, check=False)
