@@ -91,6 +91,9 @@ def files_hash(root: Path, names: list[str]) -> str:
     return digest.hexdigest()[:20]
 
 
+RACY_S = 2.0
+
+
 def hash_cache_file(root: Path) -> Path:
     """Where the content hashes of `root`'s files are remembered (by size, mtime and inode, as git's index does)."""
     base = Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser() / "ddp-submit" / "project-hashes"
@@ -107,16 +110,18 @@ def project_hash(root: Path, names: list[str]) -> tuple[str, str]:
         known, before = cache["files"], str(cache["address"])
     except (OSError, ValueError, KeyError, TypeError):
         known, before = {}, ""
-    files, digest = {}, hashlib.sha256()
+    files, digest, now = {}, hashlib.sha256(), time.time_ns()
     for name in sorted(names):
         path = root / name
         info = os.lstat(path)
         stamp = [info.st_size, info.st_mtime_ns, info.st_ino]
         entry = known.get(name)
-        if not (isinstance(entry, list) and entry[:3] == stamp):
+        if not (isinstance(entry, list) and len(entry) == 4 and entry[:3] == stamp):
             body = os.readlink(path).encode() if path.is_symlink() else path.read_bytes()
             entry = [*stamp, hashlib.sha256(body).hexdigest()]
-        files[name] = entry
+        # A file modified within RACY_S of now may change again within the clock's granularity,
+        # keeping its stamp (git's "racy" entries): its hash is not remembered, only used.
+        files[name] = entry if now - info.st_mtime_ns > RACY_S * 1e9 else entry[:3]
         digest.update(name.encode("utf-8", "surrogateescape") + b"\0" + entry[3].encode() + b"\0")
     address = digest.hexdigest()[:20]
     if address != before or files != known:
