@@ -21,7 +21,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,20 +45,23 @@ def interpreter(profile: Profile) -> str:
     return profile.python or "python3"
 
 
-def preflight(conn: Connection, profile: Profile) -> str:
+def preflight(conn: Connection, profile: Profile, folders: tuple[str, ...] = ()) -> tuple[str, set[str]]:
     """One round trip before anything is queued: ssh works, rsync and Python (with submitit and
-    yaml) are there, remote_dir can be written. Returns remote_dir as an absolute path there."""
+    yaml) are there, remote_dir can be written. Returns remote_dir as an absolute path there, and
+    which of `folders` (relative to it: the project's versions) exist there, asked in the same trip."""
     py = shlex.quote(interpreter(profile))
+    probe = "".join(f"test -d {shlex.quote(f)} && echo found:{shlex.quote(f)}; " for f in folders)
     script = (f"D={remote_path(profile.remote_dir)}; command -v rsync >/dev/null 2>&1 || {{ echo 'missing: rsync'; "
               f"exit 3; }}; command -v {py} >/dev/null 2>&1 || {{ echo 'missing: python'; exit 3; }}; "
               f"{py} -c 'import submitit, yaml' >/dev/null 2>&1 || {{ echo 'missing: modules'; exit 3; }}; "
               f"mkdir -p \"$D/code\" \"$D/projects\" \"$D/runs\" 2>/dev/null && test -w \"$D\" || {{ echo 'unwritable'; exit 4; }}; "
-              f"cd \"$D\" && pwd -P")
+              f"cd \"$D\" && {{ {probe}pwd -P; }}")
     done = conn.run(script, timeout=120)
     if (said := connection_error(conn.login, done.returncode, done.stderr)) is not None:
         raise ConfigError(f"profile.login: {said}")
     out = done.stdout.strip().splitlines()
     last = out[-1] if out else ""
+    found = {line[len("found:"):] for line in out if line.startswith("found:")}
     problems = {
         "missing: rsync": "rsync is not installed on the cluster side (install it there, e.g. apt-get install rsync)",
         "missing: python": f"there is no {interpreter(profile)} on the cluster side's PATH (set profile.python to "
@@ -72,7 +75,7 @@ def preflight(conn: Connection, profile: Profile) -> str:
     if done.returncode != 0 or not last.startswith("/"):
         raise ConfigError(f"login {conn.login}: the preflight failed (exit {done.returncode}): "
                           f"{(done.stderr or done.stdout).strip()[-300:]}")
-    return last
+    return last, found
 
 
 def code_hash(code: Path) -> str:
@@ -135,13 +138,24 @@ def project_hash(root: Path, names: list[str]) -> tuple[str, str]:
     return address, before
 
 
-def sync_project(conn: Connection, sub: Any, source: str, remote_root: str) -> dict[str, Any] | None:
-    """Your own project (an `entrypoint:`/`script:` job's root) to REMOTE_DIR/projects/<content hash>,
-    the files a snapshot would take (git's list, .gitignore and snapshot_exclude honoured), sent
-    from where they are. A folder there is complete or absent (rsynced into a partial one, then
-    renamed), so an unchanged project costs one check and transfers no file; a changed one is
-    rsynced with the previous version's folder as --copy-dest (only the changed files travel).
-    On the cluster side that folder stands in for your checkout (docs/remote.md). None: no project."""
+@dataclass
+class Listing:
+    """Your project as it will travel: its root here, the snapshot's files and their content address."""
+
+    root: Path
+    files: list[str]
+    address: str
+    before: str  # the address of this project's previous submission ("": none)
+
+    def folders(self) -> tuple[str, ...]:
+        """The folders under remote_dir the preflight asks about: this version's and the previous one's."""
+        return tuple(f"projects/{a}" for a in dict.fromkeys((self.address, self.before)) if a)
+
+
+def project_listing(sub: Any, source: str) -> Listing | None:
+    """The files a snapshot of your own project (an `entrypoint:`/`script:` job's root) would take
+    (git's list, .gitignore and snapshot_exclude honoured; the plan's own listing when it made one)
+    and their address. None: a built-in job."""
     from launcher.rundir import snapshot
 
     if not sub.project_root:
@@ -151,20 +165,28 @@ def sync_project(conn: Connection, sub: Any, source: str, remote_root: str) -> d
         root, sub.profile.snapshot_exclude, sub.profile.snapshot_max_mb, source,
         skip=[Path(sub.profile.runs_dir).expanduser().resolve()])
     address, before = project_hash(root, files.files)
-    where, previous = f"{remote_root}/projects/{address}", f"{remote_root}/projects/{before}"
-    found = conn.run(f"test -d {shlex.quote(where)} && echo have; "
-                     + (f"test -d {shlex.quote(previous)} && echo previous; " if before else "") + "true",
-                     timeout=120).stdout.split()
+    return Listing(root, files.files, address, before)
+
+
+def sync_project(conn: Connection, listing: Listing, found: set[str], remote_root: str,
+                 submit_dir: Path) -> dict[str, Any]:
+    """The project to REMOTE_DIR/projects/<content hash>, sent from where it is. A folder there is
+    complete or absent (rsynced into a partial one, then renamed), so an unchanged project (`found`
+    by the preflight) transfers no file; a changed one is rsynced with the previous version's folder
+    as --copy-dest (only the changed files travel). On the cluster side that folder stands in for
+    your checkout (docs/remote.md)."""
+    where = f"{remote_root}/projects/{listing.address}"
+    previous = f"{remote_root}/projects/{listing.before}" if f"projects/{listing.before}" in found else ""
     sent = 0
-    if "have" not in found:
-        partial = f"{remote_root}/projects/.{address}.{os.getpid()}.partial"
-        sent = conn.rsync_files(root, files.files, partial, previous if "previous" in found else "")
+    if f"projects/{listing.address}" not in found:
+        partial = f"{remote_root}/projects/.{listing.address}.{os.getpid()}.partial"
+        sent = conn.rsync_files(listing.root, listing.files, partial, previous)
         # Another submitter may have completed the same folder meanwhile: theirs is as good.
         conn.run(f"mv -T {shlex.quote(partial)} {shlex.quote(where)} 2>/dev/null || rm -rf {shlex.quote(partial)}",
                  timeout=120)
-    here = Path(sub.submit_dir).resolve()
+    here, root = submit_dir.resolve(), listing.root
     rel = here.relative_to(root) if project.inside(here, root) else None
-    return {"root": str(root), "dir": where, "hash": address, "files": len(files.files), "sent": sent,
+    return {"root": str(root), "dir": where, "hash": listing.address, "files": len(listing.files), "sent": sent,
             "submit_dir": "" if rel is None else where if rel == Path(".") else f"{where}/{rel}"}
 
 
@@ -203,7 +225,8 @@ def submit(sub: Any, args: argparse.Namespace, job_data: dict[str, Any], source:
 
     profile = sub.profile
     conn = Connection(profile.login)
-    root = preflight(conn, profile)
+    listing = project_listing(sub, source or profile.name)
+    root, found = preflight(conn, profile, listing.folders() if listing else ())
     local = sub.run_dir
     while True:
         try:
@@ -215,7 +238,7 @@ def submit(sub: Any, args: argparse.Namespace, job_data: dict[str, Any], source:
     address = code_hash(code)
     sent = conn.rsync(code, f"{root}/code/{address}")
     try:
-        synced = sync_project(conn, sub, source or profile.name, root)
+        synced = sync_project(conn, listing, found, root, Path(sub.submit_dir)) if listing else None
     except ConfigError:
         shutil.rmtree(local, ignore_errors=True)  # nothing was queued: no run record either
         raise
