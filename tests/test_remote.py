@@ -234,7 +234,8 @@ def test_a_user_project_travels_and_an_edit_after_submission_does_not_reach_the_
     held = run("--set", "profile.sbatch_extra.begin=now+1hour", "--json")
     assert held.returncode == 0, held.stdout + held.stderr
     job_id = str(json.loads(held.stdout.strip().splitlines()[-1])["job_id"])
-    request.addfinalizer(lambda: laptop.server.run_remote(f"scancel {job_id}", check=False))  # type: ignore[attr-defined]
+    server = laptop.server
+    request.addfinalizer(lambda: server.run_remote(f"scancel {job_id}", check=False))  # type: ignore[attr-defined]
     (sent,) = [line for line in held.stdout.splitlines() if line.startswith("project: ")]
     assert sent.startswith("project: 7 of 7 file(s) sent to mylab:"), sent
     (record,) = [p.parent for p in (tmp_path / "runs").glob("*/remote.json")]

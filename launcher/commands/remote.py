@@ -54,7 +54,8 @@ def preflight(conn: Connection, profile: Profile, folders: tuple[str, ...] = ())
     script = (f"D={remote_path(profile.remote_dir)}; command -v rsync >/dev/null 2>&1 || {{ echo 'missing: rsync'; "
               f"exit 3; }}; command -v {py} >/dev/null 2>&1 || {{ echo 'missing: python'; exit 3; }}; "
               f"{py} -c 'import submitit, yaml' >/dev/null 2>&1 || {{ echo 'missing: modules'; exit 3; }}; "
-              f"mkdir -p \"$D/code\" \"$D/projects\" \"$D/runs\" 2>/dev/null && test -w \"$D\" || {{ echo 'unwritable'; exit 4; }}; "
+              f"mkdir -p \"$D/code\" \"$D/projects\" \"$D/runs\" 2>/dev/null && test -w \"$D\" || "
+              f"{{ echo 'unwritable'; exit 4; }}; "
               f"cd \"$D\" && {{ {probe}pwd -P; }}")
     done = conn.run(script, timeout=120)
     if (said := connection_error(conn.login, done.returncode, done.stderr)) is not None:
