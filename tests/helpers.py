@@ -61,3 +61,45 @@ def rank_pid(run_dir: Path, rank: int) -> int | None:
         if banners:
             return int(banners[-1].split(" pid ")[1].split()[0])
     return None
+
+
+# What the recipe's trackers get as parameters: its job keys less these (trainer.runners.functions.tracker_info);
+# global_batch_size is derived, written to job.yaml for the reader only.
+NOT_PARAMS = ("config", "args", "extra", "code_dir", "tracker", "global_batch_size")
+
+
+def recipe_params(run_dir: Path, profile: str) -> dict[str, str]:
+    """The MLflow parameters a built-in job's run should have: its resolved job.yaml's keys, and the profile."""
+    import yaml
+
+    job = yaml.safe_load((run_dir / "job.yaml").read_text())
+    return {**{k: str(v) for k, v in job.items() if k not in NOT_PARAMS}, "profile": profile}
+
+
+def assert_one_mlflow_run(run_dir: Path, experiment: str, params: dict[str, str], job_ids: str,
+                          attempts: int) -> None:
+    """Read back with MLflow's own client from the file store beside the run folders: the experiment holds
+    exactly one run, finished; each metric of metrics.jsonl is there at each of its steps exactly once with
+    the value metrics.jsonl has (no step logged twice by a resumed attempt, none lost), nothing else;
+    params = `params`; tags with the job ids and the attempt count."""
+    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=(run_dir.parent / "mlruns").as_uri())
+    runs = client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
+    assert len(runs) == 1, [r.info.run_name for r in runs]
+    (run,) = runs
+    assert run.info.status == "FINISHED" and run.info.run_name == run_dir.name
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    expected: dict[str, list[tuple[int, float]]] = {}
+    for row in rows:
+        for key, value in row.items():
+            if key not in ("step", "time") and isinstance(value, (int, float)) and not isinstance(value, bool):
+                expected.setdefault(key, []).append((row["step"], float(value)))
+    assert set(run.data.metrics) == set(expected), (sorted(run.data.metrics), sorted(expected))
+    for key, points in expected.items():
+        history = client.get_metric_history(run.info.run_id, key)
+        assert sorted((m.step, m.value) for m in history) == points, key
+    assert run.data.params == params
+    assert run.data.tags["ddp_submit.job_ids"] == job_ids and run.data.tags["ddp_submit.attempts"] == str(attempts)
+    assert run.data.tags["ddp_submit.run_dir"] == str(run_dir)
