@@ -76,20 +76,31 @@ def recipe_params(run_dir: Path, profile: str) -> dict[str, str]:
     return {**{k: str(v) for k, v in job.items() if k not in NOT_PARAMS}, "profile": profile}
 
 
-def assert_one_mlflow_run(run_dir: Path, experiment: str, params: dict[str, str], job_ids: str,
-                          attempts: int) -> None:
-    """Read back with MLflow's own client from the file store beside the run folders: the experiment holds
-    exactly one run, finished; each metric of metrics.jsonl is there at each of its steps exactly once with
-    the value metrics.jsonl has (no step logged twice by a resumed attempt, none lost), nothing else;
-    params = `params`; tags with the job ids and the attempt count."""
+def mlflow_runs(store: Path, experiment: str) -> tuple[Any, list[Any]]:
+    """MLflow's own client on a file store, and the experiment's runs."""
     os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(tracking_uri=(run_dir.parent / "mlruns").as_uri())
-    runs = client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
+    client = MlflowClient(tracking_uri=store.as_uri())
+    return client, client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
+
+
+def assert_one_mlflow_run(run_dir: Path, experiment: str, params: dict[str, str], job_ids: str,
+                          attempts: int) -> None:
+    """The experiment in the file store beside the run folders holds exactly one run, named after the run
+    folder, and it is the run's (assert_mlflow_run)."""
+    client, runs = mlflow_runs(run_dir.parent / "mlruns", experiment)
     assert len(runs) == 1, [r.info.run_name for r in runs]
-    (run,) = runs
-    assert run.info.status == "FINISHED" and run.info.run_name == run_dir.name
+    assert runs[0].info.run_name == run_dir.name
+    assert_mlflow_run(client, runs[0], run_dir, params, job_ids, attempts)
+
+
+def assert_mlflow_run(client: Any, run: Any, run_dir: Path, params: dict[str, str], job_ids: str,
+                      attempts: int) -> None:
+    """Read back with MLflow's own client: `run` finished; each metric of run_dir's metrics.jsonl is there at
+    each of its steps exactly once with the value metrics.jsonl has (no step logged twice by a resumed
+    attempt, none lost), nothing else; params = `params`; tags with the job ids and the attempt count."""
+    assert run.info.status == "FINISHED"
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     expected: dict[str, list[tuple[int, float]]] = {}
     for row in rows:
