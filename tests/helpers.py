@@ -61,3 +61,56 @@ def rank_pid(run_dir: Path, rank: int) -> int | None:
         if banners:
             return int(banners[-1].split(" pid ")[1].split()[0])
     return None
+
+
+# What the recipe's trackers get as parameters: its job keys less these (trainer.runners.functions.tracker_info);
+# global_batch_size is derived, written to job.yaml for the reader only.
+NOT_PARAMS = ("config", "args", "extra", "code_dir", "tracker", "global_batch_size")
+
+
+def recipe_params(run_dir: Path, profile: str) -> dict[str, str]:
+    """The MLflow parameters a built-in job's run should have: its resolved job.yaml's keys, and the profile."""
+    import yaml
+
+    job = yaml.safe_load((run_dir / "job.yaml").read_text())
+    return {**{k: str(v) for k, v in job.items() if k not in NOT_PARAMS}, "profile": profile}
+
+
+def mlflow_runs(store: Path, experiment: str) -> tuple[Any, list[Any]]:
+    """MLflow's own client on a file store, and the experiment's runs."""
+    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=store.as_uri())
+    return client, client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
+
+
+def assert_one_mlflow_run(run_dir: Path, experiment: str, params: dict[str, str], job_ids: str,
+                          attempts: int) -> None:
+    """The experiment in the file store beside the run folders holds exactly one run, named after the run
+    folder, and it is the run's (assert_mlflow_run)."""
+    client, runs = mlflow_runs(run_dir.parent / "mlruns", experiment)
+    assert len(runs) == 1, [r.info.run_name for r in runs]
+    assert runs[0].info.run_name == run_dir.name
+    assert_mlflow_run(client, runs[0], run_dir, params, job_ids, attempts)
+
+
+def assert_mlflow_run(client: Any, run: Any, run_dir: Path, params: dict[str, str], job_ids: str,
+                      attempts: int) -> None:
+    """Read back with MLflow's own client: `run` finished; each metric of run_dir's metrics.jsonl is there at
+    each of its steps exactly once with the value metrics.jsonl has (no step logged twice by a resumed
+    attempt, none lost), nothing else; params = `params`; tags with the job ids and the attempt count."""
+    assert run.info.status == "FINISHED"
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    expected: dict[str, list[tuple[int, float]]] = {}
+    for row in rows:
+        for key, value in row.items():
+            if key not in ("step", "time") and isinstance(value, (int, float)) and not isinstance(value, bool):
+                expected.setdefault(key, []).append((row["step"], float(value)))
+    assert set(run.data.metrics) == set(expected), (sorted(run.data.metrics), sorted(expected))
+    for key, points in expected.items():
+        history = client.get_metric_history(run.info.run_id, key)
+        assert sorted((m.step, m.value) for m in history) == points, key
+    assert run.data.params == params
+    assert run.data.tags["ddp_submit.job_ids"] == job_ids and run.data.tags["ddp_submit.attempts"] == str(attempts)
+    assert run.data.tags["ddp_submit.run_dir"] == str(run_dir)

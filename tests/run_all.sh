@@ -9,11 +9,13 @@ ulimit -c 0
 python3 -m pip install --quiet --disable-pip-version-check torch==2.14.1 torchvision==0.29.1 -e '.[test]'
 python3 -m launcher.devcluster install
 # Submitting over SSH (docs/remote.md): a real sshd on 127.0.0.1 for tests/test_remote.py, rsync, and
-# setfacl (the cluster-side test account may need to reach an interpreter under a private home).
-if ! [ -x /usr/sbin/sshd ] || ! command -v rsync >/dev/null || ! command -v setfacl >/dev/null; then
+# setfacl (the cluster-side test account may need to reach an interpreter under a private home); tmux:
+# the real terminal `watch` is followed in (tests/terminal.py).
+if ! [ -x /usr/sbin/sshd ] || ! command -v rsync >/dev/null || ! command -v setfacl >/dev/null \
+        || ! command -v tmux >/dev/null; then
     # policy-rc.d: the package must not start a system-wide sshd on port 22; the tests run their own.
     [ -e /usr/sbin/policy-rc.d ] || { printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod 755 /usr/sbin/policy-rc.d; own_policy=1; }
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends openssh-server openssh-client rsync acl
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends openssh-server openssh-client rsync acl tmux
     [ -z "${own_policy:-}" ] || rm -f /usr/sbin/policy-rc.d
 fi
 python3 -m launcher.devcluster up --nodes 4

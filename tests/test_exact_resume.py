@@ -19,7 +19,16 @@ from typing import Any
 import pytest
 import torch
 
-from tests.helpers import ROOT, SUBMIT, last_json, rank_pid, run_submit, wait_until
+from tests.helpers import (
+    ROOT,
+    SUBMIT,
+    assert_one_mlflow_run,
+    last_json,
+    rank_pid,
+    recipe_params,
+    run_submit,
+    wait_until,
+)
 from trainer.config.job import JobConfig, RunSettings
 from trainer.rank import events
 from trainer.rank.stopping import StopRequested
@@ -103,7 +112,9 @@ def attempt_banners(run_dir: Path, rank: int) -> int:
 
 def test_local_run_interrupted_twice_requeues_and_ends_bitwise_identical(
         tmp_path: Path, local_reference: Path) -> None:
-    (tmp_path / "job.yaml").write_text(LOCAL_JOB)
+    # The interrupted run also feeds MLflow (its file store beside the run folders): one MLflow run across
+    # the 3 attempts, the steps replayed after each resume not logged twice.
+    (tmp_path / "job.yaml").write_text(LOCAL_JOB + "tracker: {mlflow: {}}\n")
     # Step 22 (the boundary of epochs 1 and 2) and 700 (mid-epoch 32). Each restart costs a process
     # start (seconds); the in-process tests above interrupt more often.
     proc = run_submit(["--job", "job.yaml", "--set", "job.interrupt_at=22,700", "--json"], cwd=tmp_path,
@@ -121,6 +132,8 @@ def test_local_run_interrupted_twice_requeues_and_ends_bitwise_identical(
     assert metric_lines(local_reference) == metric_lines(run_dir)
     # Each restart's logs are kept: every rank's log holds all three attempts, one banner each.
     assert attempt_banners(run_dir, 0) == 3 and attempt_banners(run_dir, 1) == 3
+    assert [r["step"] for r in metric_lines(run_dir)] == list(range(22, 22 * 61, 22))  # every epoch's end, once
+    assert_one_mlflow_run(run_dir, "digits-requeue", recipe_params(run_dir, "local"), result["job_id"], attempts=3)
 
 
 def _popen_submit(args: list[str], cwd: Path) -> subprocess.Popen[str]:

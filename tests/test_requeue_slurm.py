@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import last_json, run_submit, wait_until
+from tests.helpers import assert_one_mlflow_run, last_json, recipe_params, run_submit, wait_until
 from tests.test_exact_resume import _popen_submit, attempt_banners, rank_pid, same_weights
 from trainer.rank import events
 
@@ -31,8 +31,8 @@ PROFILE = ["--profile", "dev-cluster", "--wait", "--set", "profile.time=30",
 class Background:
     """A `submit.py --wait` running while the test acts on its job."""
 
-    def __init__(self, cwd: Path, args: list[str]) -> None:
-        (cwd / "job.yaml").write_text(JOB)
+    def __init__(self, cwd: Path, args: list[str], job: str = JOB) -> None:
+        (cwd / "job.yaml").write_text(job)
         self.cwd, self.proc = cwd, _popen_submit(["--job", "job.yaml", *args], cwd)
         self._result: dict[str, Any] | None = None
 
@@ -67,7 +67,8 @@ def epochs_done(run_dir: Path) -> int:
 
 
 def test_preemption_signal_then_scontrol_requeue_resume_exactly(reference: Background, tmp_path: Path) -> None:
-    run = Background(tmp_path, PROFILE)
+    # Also fed to MLflow (a file store beside the run folders): one MLflow run across the 3 attempts on 2 nodes.
+    run = Background(tmp_path, PROFILE, JOB + "tracker: {mlflow: {}}\n")
     run_dir = run.run_dir
     wait_until(lambda: epochs_done(run_dir) >= 2, 180, "training")
     job_id = events_of(run_dir, "started")[0]["job_id"]
@@ -90,6 +91,8 @@ def test_preemption_signal_then_scontrol_requeue_resume_exactly(reference: Backg
     ref = reference.result()
     assert ref["restarts"] == 0
     assert same_weights(Path(ref["run_dir"]) / "model_final.pt", run_dir / "model_final.pt")
+    assert len(set(result["nodes"])) == 2, result["nodes"]
+    assert_one_mlflow_run(run_dir, "digits-requeue", recipe_params(run_dir, "dev-cluster"), job_id, attempts=3)
 
 
 def test_time_limit_signal_requeues_then_the_time_out_cap_ends_the_job(tmp_path: Path) -> None:

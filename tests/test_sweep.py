@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import ROOT, last_json, run_submit
+from tests.helpers import ROOT, SUBMIT, last_json, run_submit, wait_until
 
 pytestmark = pytest.mark.slurm
 
@@ -122,13 +122,56 @@ def read_summary(run_dir: Path) -> tuple[list[str], list[dict[str, str]]]:
 
 @pytest.fixture(scope="module")
 def six_task_sweep(slurm_cluster: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The sweep, submitted with --wait, and followed meanwhile by `watch` in two real terminals (tmux,
+    tests/terminal.py): one to the end, one quit with `q` early. Watching it costs no SLURM run of its own;
+    with at most 2 of its 6 tasks running at once, 4 of them wait pending while the view is on."""
     cwd = tmp_path_factory.mktemp("six")
     sweep = write(cwd, "six.yaml", SIX_TASKS)
     started = time.monotonic()
-    done = run_submit([*PROFILE, "--job", sweep, *ONE_NODE, "--set", "profile.array_parallelism=2",
-                       "--wait", "--json"], cwd, timeout=300)
+    args = [sys.executable, SUBMIT, *PROFILE, "--job", sweep, *ONE_NODE, "--set", "profile.array_parallelism=2",
+            "--wait", "--json"]
+    proc = subprocess.Popen(args, cwd=cwd, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    watched: dict[str, Any] = {}
+    try:
+        record = wait_until(lambda: next((r for r in cwd.glob("runs/*/run.json")
+                                          if json.loads(r.read_text()).get("job_ids")), None), 120, "the job ids")
+        watched = watch_both(record.parent, cwd, proc)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    done = subprocess.CompletedProcess(args, proc.returncode, out, err)
     return {"cwd": cwd, "done": done, "payload": last_json(done.stdout) if done.stdout.strip() else {},
-            "seconds": time.monotonic() - started}
+            "seconds": time.monotonic() - started, "watch": watched}
+
+
+def watch_both(run_dir: Path, cwd: Path, sweep: subprocess.Popen[str]) -> dict[str, Any]:
+    """Follow the sweep in one terminal until its watch exits; in another, press q at the first frame."""
+    from tests.terminal import TmuxWatch, follow, task_states
+
+    follower, quitter = TmuxWatch(run_dir, cwd, "follow"), TmuxWatch(run_dir, cwd, "quit")
+    quit_at: dict[str, Any] = {}
+
+    def press_q(_: list[str]) -> None:
+        if not quit_at and task_states(quitter.screen()):
+            quitter.keys("q")
+            quit_at.update(sweep_running=sweep.poll() is None, squeue=squeue_ids(run_dir))
+    try:
+        seen = follow(follower, time.monotonic() + 600, press_q)  # a shared cluster may hold the tasks for minutes
+        wait_until(lambda: quitter.exit_status is not None, 30, "watch to quit on q")
+        return {"seen": seen, "exit_status": follower.exit_status, "history_size": follower.history_size(),
+                "everything": follower.everything(), "screen": follower.screen(), "quit_at": quit_at,
+                "quit_status": quitter.exit_status, "quit_screen": quitter.screen()}
+    finally:
+        follower.close()
+        quitter.close()
+
+
+def squeue_ids(run_dir: Path) -> list[str]:
+    """The run's jobs SLURM still has queued or running."""
+    base = json.loads((run_dir / "run.json").read_text())["job_ids"][0].split("_")[0]
+    out = subprocess.run(["squeue", "-h", "-r", "-j", base, "-o", "%i"], capture_output=True, text=True, timeout=30)
+    return out.stdout.split()
 
 
 def test_sweep_is_one_array_with_at_most_two_tasks_running(six_task_sweep: dict[str, Any]) -> None:
@@ -147,6 +190,31 @@ def test_sweep_is_one_array_with_at_most_two_tasks_running(six_task_sweep: dict[
     assert "--array=0-5%2" in Path(payload["run_dir"], "logs", job_ids[0].split("_")[0],
                                    f"{job_ids[0].split('_')[0]}_submission.sh").read_text()
     assert record["tasks"] == 6
+
+
+def test_watch_on_a_terminal_follows_each_task_from_pending_to_done(six_task_sweep: dict[str, Any]) -> None:
+    from tests.terminal import ORDER
+
+    watch = six_task_sweep["watch"]
+    assert six_task_sweep["done"].returncode == 0
+    seen = watch["seen"]
+    assert sorted(seen) == list(range(6)), watch["screen"]
+    for task, states in seen.items():
+        # Only forward (pending -> running -> done), ending done; no other state on the way.
+        assert states[-1] == "done" and all(s in ORDER for s in states), (task, states)
+        assert [ORDER.index(s) for s in states] == sorted(ORDER.index(s) for s in states), (task, states)
+    # The cap of 2 kept tasks 2-5 pending at the first frame, and each was then seen running.
+    assert all(seen[t][:2] == ["pending", "running"] for t in range(2, 6)), seen
+    assert watch["exit_status"] == 0  # the sweep completed: as --wait
+    # Redrawn in place: nothing scrolled into tmux's history, one copy of the view in all tmux holds.
+    assert watch["history_size"] == 0, watch["everything"]
+    heads = [line for line in watch["everything"] if "task(s):" in line]
+    assert len(heads) == 1 and "6 task(s): 6 done" in heads[0], watch["everything"]
+    # q at the first frame: watch exited 0 while the sweep still ran, and the sweep went on to complete.
+    quit_at = watch["quit_at"]
+    assert quit_at["sweep_running"] and quit_at["squeue"], quit_at
+    assert watch["quit_status"] == 0
+    assert any("the run goes on" in line for line in watch["quit_screen"]), watch["quit_screen"]
 
 
 def test_summary_table_has_one_row_per_task_sorted_by_the_target_metric(six_task_sweep: dict[str, Any]) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import ROOT, last_json, run_submit, wait_until
+from tests.helpers import ROOT, assert_mlflow_run, assert_one_mlflow_run, last_json, mlflow_runs, run_submit, wait_until
 from trainer.rank import events
 
 pytestmark = pytest.mark.slurm
@@ -38,6 +38,7 @@ sweep:
     - {config.lr: 0.05}
     - {config.lr: 0.2}
     - {config.lr: 0.1, config.fail_at_step: 25}
+tracker: {mlflow: {}}
 """
 
 
@@ -82,6 +83,20 @@ def test_sweep_over_config_lr_and_resume_reruns_only_the_failed_point(slurm_clus
     assert [e["step"] for e in events if e["event"] == "resumed"] == [20]
     rows = list(csv_rows(run_dir))
     assert [r["state"] for r in rows] == ["completed"] * 3 and all(float(r["accuracy"]) > 0.8 for r in rows)
+    # MLflow (file store beside the run folders): one group of 3 runs, tagged with the sweep, the swept key a
+    # parameter; the failed task's run is continued by --resume (its second job id), not a fourth run.
+    client, runs = mlflow_runs(tmp_path / "mlruns", "tiny-sweep")
+    by_task = {int(r.info.run_name.rsplit("-", 1)[-1]): r for r in runs}
+    assert len(runs) == 3 and sorted(by_task) == [0, 1, 2], [r.info.run_name for r in runs]
+    assert {r.data.tags["ddp_submit.sweep"] for r in runs} == {run_dir.name}
+    assert all(r.info.run_name == f"{run_dir.name}/task-{t:04d}" for t, r in by_task.items())
+    assert [by_task[t].data.tags["ddp_submit.swept"].split(",")[0] for t in range(3)] == ["config.lr"] * 3
+    record = json.loads((run_dir / "run.json").read_text())
+    for task, lr in enumerate(("0.05", "0.2", "0.1")):
+        extra = {"fail_at_step": "25"} if task == 2 else {}  # MLflow keeps a parameter's first value
+        jobs = record["task_jobs"][task]
+        assert_mlflow_run(client, by_task[task], run_dir / f"task-{task:04d}",
+                          {"lr": lr, "epochs": "2", **extra, "profile": "dev-cluster"}, ",".join(jobs), len(jobs))
 
 
 def csv_rows(run_dir: Path):  # noqa: ANN201 - iterator of dicts
@@ -94,10 +109,10 @@ def csv_rows(run_dir: Path):  # noqa: ANN201 - iterator of dicts
 SLOW = JOB.replace("epochs: 3", "epochs: 16\n  step_sleep_s: 0.05") + "checkpoint_every_steps: 0\n"
 
 
-def started(tmp_path: Path, name: str) -> tuple[subprocess.Popen[str], Path]:
+def started(tmp_path: Path, name: str, job: str = SLOW) -> tuple[subprocess.Popen[str], Path]:
     cwd = tmp_path / name
     cwd.mkdir()
-    (cwd / "slow.yaml").write_text(SLOW)
+    (cwd / "slow.yaml").write_text(job)
     proc = subprocess.Popen([sys.executable, str(ROOT / "submit.py"), "--profile", "dev-cluster", "--job",
                              str(cwd / "slow.yaml"), "--set", f"profile.runs_dir={cwd / 'runs'}",
                              "--set", "profile.time_min=30", "--wait", "--json"], cwd=ROOT, text=True,
@@ -124,7 +139,8 @@ def steps_logged(run_dir: Path) -> int:
 def test_user_function_preempted_then_scontrol_requeued_ends_bitwise_identical(slurm_cluster: Path,
                                                                                tmp_path: Path) -> None:
     reference, _ = started(tmp_path, "reference")
-    proc, run_dir = started(tmp_path, "interrupted")
+    # Also fed to MLflow (a file store beside the run folders): one MLflow run across the 3 attempts on 2 nodes.
+    proc, run_dir = started(tmp_path, "interrupted", SLOW + "tracker: {mlflow: {}}\n")
     wait_until(lambda: steps_logged(run_dir) >= 2, 180, "training")
     job_id = next(e["job_id"] for e in events.read(run_dir) if e["event"] == "started")
     subprocess.run(["scancel", "--signal=USR2", job_id], check=True, timeout=30)  # a preemption warning
@@ -140,3 +156,11 @@ def test_user_function_preempted_then_scontrol_requeued_ends_bitwise_identical(s
     ref = finished(reference)
     x, y = (torch.load(Path(r) / "weights.pt") for r in (ref["run_dir"], run_dir))
     assert x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
+    assert len(set(result["nodes"])) == 2, result["nodes"]
+    assert [r["step"] for r in rows_of(run_dir)] == list(range(16, 16 * 17, 16))  # every epoch's end, once
+    assert_one_mlflow_run(run_dir, "tiny", {"lr": "0.1", "epochs": "16", "step_sleep_s": "0.05",
+                                            "profile": "dev-cluster"}, job_id, attempts=3)
+
+
+def rows_of(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

@@ -10,7 +10,7 @@ which sends through the same `array_chunk` check and shows a `--resume --dry-run
 from __future__ import annotations
 
 import argparse
-from dataclasses import fields
+from dataclasses import asdict, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,10 +46,14 @@ class Plan:
             except FileExistsError:  # another submitter made this name since we chose it
                 self.sub = moved(self.sub, layout.next_free(self.sub.run_dir))
         # The job's fields as they are (asdict's deep copy of each of 1,000 jobs cost 40 ms; a JSON
-        # dump changes nothing it is given).
+        # dump changes nothing it is given), but a nested dataclass (`tracker`) as its mapping: JSON would
+        # write its repr, which --resume cannot read back.
+        # Which fields hold one is found on one task (an is_dataclass per field and task cost 5x the copy).
         names = [f.name for f in fields(JobConfig)]
+        nested = [n for n in names if any(is_dataclass(getattr(t.job, n)) for t in self.sub.tasks[:1])]
         record.write_tasks(self.sub.run_dir, [{"task": t.task, "overrides": t.overrides, "run_dir": t.settings.run_dir,
-                                               "job": {name: getattr(t.job, name) for name in names}}
+                                               "job": {**{name: getattr(t.job, name) for name in names},
+                                                       **{name: _plain(getattr(t.job, name)) for name in nested}}}
                                               for t in self.sub.tasks])
 
     def record(self, job_ids: list[str]) -> None:
@@ -160,3 +164,7 @@ def sweep_listing(sub: Submission, chunk: int | None) -> str:
         lines.append(f"# split into {pieces} arrays of at most {chunk} tasks (the cluster's MaxArraySize or "
                      f"profile.max_array_size); one sbatch per array")
     return "\n".join(lines) + "\n"
+
+
+def _plain(value: Any) -> Any:
+    return asdict(value) if is_dataclass(value) and not isinstance(value, type) else value
