@@ -77,6 +77,8 @@ def read_outcomes(run_dir: Path, job_id: str,
                 kind, value = pickle.load(fh)
         except Exception:  # noqa: BLE001, S112 - a half-written or foreign pickle tells us nothing
             continue
+        if isinstance(value, dict):  # a torchrun node task's own ranks: `--wait` reads them (waiting.wait)
+            value.pop(RANK_NODES, None)
         if rank.isdigit():
             out[int(rank)] = (str(kind), value)
     return out
