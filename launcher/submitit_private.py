@@ -12,7 +12,9 @@ Importers outside the node side load this module lazily: it imports submitit.
 
 from __future__ import annotations
 
+import logging
 import signal
+from types import SimpleNamespace
 from typing import Any
 
 from submitit.core import utils
@@ -37,6 +39,8 @@ def check() -> list[str]:
     # An instance attribute: only a made DelayedSubmission shows it.
     if not hasattr(utils.DelayedSubmission(print), "_timeout_countdown"):
         missing.append("submitit.core.utils.DelayedSubmission._timeout_countdown (time-out requeues left)")
+    if not hasattr(utils.DelayedSubmission(print), "_timeout_min"):
+        missing.append("submitit.core.utils.DelayedSubmission._timeout_min (the time limit, for time-out or preemption)")
     return missing
 
 
@@ -54,6 +58,19 @@ def requeue_handler() -> tuple[SignalHandler, int] | None:
         return None
     owner = getattr(signal.getsignal(signum), "__self__", None)
     return (owner, signum) if isinstance(owner, SignalHandler) else None
+
+
+def timeout_clock(handler: SignalHandler) -> dict[str, float]:
+    """What submitit's time-out rule reads (when its job process started, the time limit), for a process
+    that has no handler of its own: a `launch: torchrun` worker (see `has_timed_out`)."""
+    return {"start": float(handler._start_time), "timeout_min": float(handler._delayed._timeout_min)}
+
+
+def has_timed_out(clock: dict[str, float]) -> bool:
+    """submitit's own rule (`SignalHandler.has_timed_out`: time-out or preemption) applied to `clock`."""
+    state = SimpleNamespace(_start_time=clock["start"], _delayed=SimpleNamespace(_timeout_min=clock["timeout_min"]),
+                            _logger=logging.getLogger("submitit"))
+    return bool(SignalHandler.has_timed_out(state))  # type: ignore[arg-type]
 
 
 def timeout_requeues_left(handler: SignalHandler) -> int | None:

@@ -7,10 +7,13 @@ How the guarantees hold here:
 - Fail-fast: `--max-restarts=0`; a rank that dies makes its agent end the node's other workers and
   exit non-zero; this task then fails naming that rank (its error file), and srun's
   --kill-on-bad-exit ends the other nodes.
-- Stops: the stop signal is ignored by this process and the agent (ignored dispositions survive
-  exec, so the agent is not killed by USR2), and caught by the workers, which stop together at a
-  step boundary; rank 0 checkpoints and leaves a note; node task 0 then asks submitit to requeue
-  (its countdown, its `scontrol requeue`), as `launcher.node.SubmititRequeue` does in the tasks shape.
+- Stops: the stop signal is ignored by the agent (an ignored disposition survives exec, so the agent
+  is not killed by USR2) and caught by the workers, which stop together at a step boundary; rank 0
+  checkpoints and leaves a note; node task 0 then asks submitit to requeue (its countdown, its
+  `scontrol requeue`), as `launcher.node.SubmititRequeue` does in the tasks shape. A signal that comes
+  before the workers catch it (torchrun and torch take seconds, more on a loaded node; SLURM sends
+  the time-limit signal once) is caught by this process, which leaves a flag (`stop_flag`); each
+  worker reads it once its handlers are in and stops as if signalled.
 - Per-rank logs: each worker appends its stdout/stderr to submitit's file of its rank
   (`JOB_RANK_log.out/err`), so `logs --rank R` reads rank R (ranks below the node count share
   theirs with that node's agent lines).
@@ -30,8 +33,9 @@ from typing import Any
 
 from submitit.helpers import Checkpointable
 
+from launcher import submitit_private
 from launcher.cluster.slurm import torchrun as torchrun_cmd
-from launcher.rundir.outcomes import SYMPTOMS
+from launcher.rundir.outcomes import RANK_NODES, SYMPTOMS
 from trainer.config.job import JobConfig, RunSettings
 
 RESULTS_DIR = "torchrun"
@@ -48,6 +52,16 @@ def _read(path: Path) -> dict[str, Any] | None:
         return json.loads(path.read_text())  # type: ignore[no-any-return]
     except (OSError, ValueError):
         return None
+
+
+def stop_flag(results: Path, node_id: int) -> Path:
+    """Where a node's task notes that the stop signal came (the workers read it once they catch it)."""
+    return results / f"stop-{node_id}"
+
+
+class RankFailed(RuntimeError):
+    """A rank under this node's torchrun failed: "rank R failed: ...", which status and `--wait` read
+    as rank R's failure (launcher.rundir.outcomes.failed_rank), not as this node task's."""
 
 
 class TorchrunTask(Checkpointable):
@@ -75,22 +89,33 @@ class TorchrunTask(Checkpointable):
             for old in results.glob("rank-*.json"):  # an earlier attempt's (a requeue reuses the folder)
                 old.unlink(missing_ok=True)
         spec = Path(paths.folder) / f"torchrun-{node_id}.pkl"
+        requeue = SubmititRequeue.current()
         with open(spec, "wb") as out:
             pickle.dump({"job": self.job, "settings": self.settings, "results": str(results),
-                         "folder": str(paths.folder), "job_id": str(paths.job_id)}, out)
-        requeue = SubmititRequeue.current()
+                         "folder": str(paths.folder), "job_id": str(paths.job_id),
+                         "clock": None if requeue is None else submitit_private.timeout_clock(requeue.handler)}, out)
         signum = signal.Signals[f"SIG{self.settings.stop_signal}"]
-        previous = signal.signal(signum, signal.SIG_IGN)  # inherited by torchrun's agent (see module doc)
+        flag = stop_flag(results, node_id)
+        flag.unlink(missing_ok=True)  # an earlier attempt's
+        # This task notes the signal for the workers that have not installed their handlers yet
+        # (torchrun and torch take seconds to start; SLURM sends the time-limit signal once).
+        previous = signal.signal(signum, lambda *_: flag.write_text(self.settings.stop_signal))
         cmd = torchrun_cmd.command(sys.executable, len(nodes), self.nproc, nodes[0],
                                    environment.port_for_job(job_id), job_id, str(spec), node_id == 0)
         print(f"[torchrun] node {node_id} ({nodes[node_id]}): {' '.join(cmd)}", flush=True)
-        code = subprocess.run(cmd, check=False).returncode
+        # The agent and the workers ignore the signal until the workers catch it (module doc).
+        code = subprocess.run(cmd, check=False, preexec_fn=lambda: signal.signal(signum, signal.SIG_IGN)).returncode
         signal.signal(signum, previous)
         ranks = {int(p.stem.split("-")[1]): _read(p) or {} for p in results.glob("rank-*.json")}
         first = ranks.get(0, {})
         if code == 0:  # node task 0 returns rank 0's result (the run's); the others their first rank's
-            mine = [r for r in ranks.values() if r.get("node") == node_id and r.get("local_rank") == 0]
-            return dict((first if node_id == 0 else (mine or [{}])[0]).get("result") or {})
+            mine = {rank: r for rank, r in ranks.items() if r.get("node") == node_id}
+            lowest = mine[min(mine)] if mine else {}
+            result = dict((first if node_id == 0 else lowest).get("result") or {})
+            # Where this node's ranks ran (their notes are written: its torchrun has exited): the
+            # submitter lists every rank's node, as in the tasks shape, not one per node task.
+            result[RANK_NODES] = {rank: (r.get("result") or {}).get("node", nodes[node_id]) for rank, r in mine.items()}
+            return result
         if first.get("stop") == "requeue" and node_id == 0 and requeue is not None:
             decision = requeue(self.settings.stop_signal)
             print(f"[task] stopped at step {first.get('step')} on SIG{self.settings.stop_signal}: "
@@ -104,7 +129,7 @@ class TorchrunTask(Checkpointable):
                         key=lambda r: (any(s in r[1]["error"] for s in SYMPTOMS), r[1].get("time", 0)))
         if failed:
             rank, info = failed[0]
-            raise RuntimeError(f"rank {rank} failed: {info['error']}\n{info.get('traceback', '')}")
+            raise RankFailed(f"rank {rank} failed: {info['error']}\n{info.get('traceback', '')}")
         raise RuntimeError(f"torchrun on node {nodes[node_id]} exited with status {code} (a rank on another node "
                            f"failed, or one was killed: see `logs --rank`)")
 
@@ -131,12 +156,16 @@ def worker(spec_path: str) -> int:
     settings: RunSettings = spec["settings"]
     stops = StopSignals(settings.stop_signal)
     stops.install()
+    if stop_flag(Path(spec["results"]), int(os.environ.get("SLURM_NODEID", "0"))).exists():
+        stops.raise_requeue_signal()  # it came while this process still ignored it
     note = Path(spec["results"]) / f"rank-{rank}.json"
     TrainTask(spec["job"], settings).announce(settings)  # the attempt's banner in this rank's log
     where = {"node": int(os.environ.get("SLURM_NODEID", "0")), "local_rank": int(os.environ["LOCAL_RANK"])}
 
     def wants_requeue(name: str) -> dict[str, Any]:  # rank 0: node task 0 asks submitit (module doc)
-        return {"requeued": True, "exit_code": 3, "reason": "requeue by the node's task"}
+        # The reason as node task 0 will decide it (submitit's rule, its clock), for the "stopped" event.
+        timed_out = spec["clock"] is not None and submitit_private.has_timed_out(spec["clock"])
+        return {"requeued": True, "exit_code": 3, "reason": "timeout" if timed_out else "preemption"}
 
     try:
         result = dispatch.run_job(spec["job"], settings, on_stop=wants_requeue, stops=stops)

@@ -27,6 +27,23 @@ def test_a_missing_private_part_is_named(monkeypatch: pytest.MonkeyPatch) -> Non
     assert len(missing) == 1 and "SignalHandler.has_timed_out" in missing[0]
 
 
+def test_a_torchrun_workers_time_out_rule_is_submitits_own() -> None:
+    # A `launch: torchrun` rank has no submitit handler: it applies submitit's rule to its node task's clock.
+    import time
+
+    from submitit.core.job_environment import SignalHandler
+    from submitit.core.utils import DelayedSubmission
+
+    for minutes, ran_s in ((30, 60), (30, 1300), (10, 5), (1, 5)):  # 20 min of 30: a time-out from there
+        delayed = DelayedSubmission(print)
+        delayed._timeout_min = minutes
+        handler = SignalHandler(None, None, delayed)  # type: ignore[arg-type]
+        handler._start_time = time.time() - ran_s
+        clock = submitit_private.timeout_clock(handler)
+        assert submitit_private.has_timed_out(clock) == handler.has_timed_out() == (ran_s >= min(
+            minutes * 48, minutes * 60 - 600)), (minutes, ran_s)
+
+
 def test_status_list_and_resume_find_runs_in_the_profiles_runs_dir(tmp_path: Path) -> None:
     """A profile with its own runs_dir: the run lands there, and `status`, `list`, `logs` and
     `--resume` find it by name with --profile (not in ./runs)."""

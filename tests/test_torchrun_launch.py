@@ -1,18 +1,23 @@
 """`launch: torchrun` (issue 20): one SLURM task per node runs torchrun with tasks_per_node
 processes, a c10d rendezvous on the first node, the job id as the run id (launcher/torchrun.py).
 
-On the dev cluster, 2 nodes x 2 processes (CPU, gloo), five runs at once: the built-in digits job,
-a plain torchrun script, a rank failing on the second node (fail-fast), and a run requeued with
-`scontrol requeue` mid-run beside its uninterrupted reference (exact resume).
+On the dev cluster, 2 nodes x 2 processes (CPU, gloo), all runs at once: the built-in digits job
+(uninterrupted: the reference), a plain torchrun script, a 4-point sweep of a user's entrypoint (one array; each point trains with
+world size 4 and reports every rank's place), a rank failing on the second node (fail-fast), and two
+runs interrupted beside the reference (exact resume): one requeued with `scontrol requeue` mid-run,
+one sent the stop signal (USR2, as SLURM sends it before the time limit) while torchrun starts.
 """
 
 from __future__ import annotations
 
+import datetime
+import json
 import os
 import re
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -21,6 +26,7 @@ import pytest
 import torch
 
 from tests.helpers import ROOT, last_json, run_submit, wait_until
+from trainer.rank import events
 
 TORCHRUN = ["--profile", "dev-cluster", "--set", "profile.launch=torchrun", "--set", "profile.tasks_per_node=2"]
 PLAIN_SCRIPT = ROOT / "tests" / "userpkg" / "plain_script.py"
@@ -30,21 +36,28 @@ PLAIN_SCRIPT = ROOT / "tests" / "userpkg" / "plain_script.py"
 def runs(slurm_cluster: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("torchrun")
     (tmp / "plain.yaml").write_text(f"name: plain-script\nscript: {PLAIN_SCRIPT}\nargs: ['20']\n")
+    (tmp / "sweep.yaml").write_text(SWEEP)
+    # 4 runs of 2 x 2 CPUs fill the 4 CPU nodes: the failing run (timed) and the interrupted ones, which need
+    # more than one attempt, go first. The sweep's 4 jobs use the 2 GPU nodes' CPUs meanwhile (2 at a time).
     cases = {
-        "digits": ["--set", "job.epochs=2"],
-        "script": ["--job", str(tmp / "plain.yaml")],
         # Rank 3 (on the second node) raises at step 2; the others would wait in the next all-reduce.
         "failing": ["--set", "job.epochs=50", "--set", "job.fail_at=2:3"],
-        "reference": RESUMABLE,
         "requeued": RESUMABLE,
+        "signalled": RESUMABLE,
+        "reference": RESUMABLE,  # also the digits run whose logs the tests read
+        "script": ["--job", str(tmp / "plain.yaml")],
+        "sweep": ["--job", str(tmp / "sweep.yaml"), "--set", "profile.partition=gpu"],
     }
+    interrupt = {"requeued": (["scontrol", "requeue"], after_first_checkpoint),
+                 "signalled": (["scancel", "--signal=USR2"], as_torchrun_starts)}
 
     def run(name: str) -> tuple[Any, float]:
         start = time.monotonic()
-        if name == "requeued":
-            return requeued(tmp / name, cases[name]), time.monotonic() - start
+        if name in interrupt:
+            return interrupted(tmp / name, cases[name], *interrupt[name]), time.monotonic() - start
+        # From the project root, as its user would: the sweep's entrypoint is found there (tests.userpkg).
         proc = run_submit([*TORCHRUN, *cases[name], "--set", f"profile.runs_dir={tmp / name}", "--wait", "--json"],
-                          cwd=tmp, timeout=400)
+                          cwd=ROOT if name == "sweep" else tmp, timeout=600)
         return proc, time.monotonic() - start
 
     with ThreadPoolExecutor(len(cases)) as pool:
@@ -53,19 +66,47 @@ def runs(slurm_cluster: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[
 
 RESUMABLE = ["--set", "job.epochs=10", "--set", "profile.checkpoint_every_steps=5"]
 
+# A user's function (tiny's loop, 2 steps of 16 samples per rank), 4 points: one array of 4 jobs of 2 nodes.
+SWEEP = """name: ranks-sweep
+entrypoint: "tests.userpkg.ranks:train"
+target_metric: accuracy
+config:
+  epochs: 1
+  samples: 128
+sweep:
+  grid:
+    config.lr: [0.05, 0.1, 0.2, 0.4]
+"""
 
-def requeued(runs_dir: Path, sets: list[str]) -> subprocess.CompletedProcess[str]:
-    """The run, requeued by SLURM (`scontrol requeue`: SIGTERM to every process) after its first checkpoint."""
+
+def after_first_checkpoint(runs_dir: Path) -> str | None:
+    """The job id, once the run has written its first checkpoint (mid-run)."""
+    ckpt = next(runs_dir.glob("*/checkpoints/ckpt-*.pt"), None)
+    if ckpt is None:
+        return None
+    return re.search(r'"job_id": "(\d+)"', (ckpt.parent.parent / "events.jsonl").read_text()).group(1)  # type: ignore[union-attr]
+
+
+def as_torchrun_starts(runs_dir: Path) -> str | None:
+    """The job id, once node task 0 has started torchrun: its workers are still starting (importing
+    torch: seconds), not yet catching the stop signal, which their node's task notes for them."""
+    log = next((p for p in runs_dir.glob("*/logs/*/*_0_log.out") if "[torchrun] node 0" in p.read_text()), None)
+    return log.parent.name if log else None
+
+
+def interrupted(runs_dir: Path, sets: list[str], command: list[str],
+                when: Callable[[Path], str | None]) -> subprocess.CompletedProcess[str]:
+    """The run, interrupted by `command JOB_ID` once `when` gives the job id: `scontrol requeue` (SLURM
+    requeues it: SIGTERM to every process) or `scancel --signal=USR2` (the stop signal, delivered to every
+    process of the job's steps as SLURM's `--signal` is before the time limit: the job requeues itself)."""
     args = [sys.executable, str(ROOT / "submit.py"), *TORCHRUN, *sets, "--set", f"profile.runs_dir={runs_dir}",
             "--wait", "--json"]
     proc = subprocess.Popen(args, cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
-        run_dir = wait_until(lambda: next(runs_dir.glob("*/checkpoints/ckpt-*.pt"), None), 300,
-                             "the first checkpoint").parent.parent
-        job_id = re.search(r'"job_id": "(\d+)"', (run_dir / "events.jsonl").read_text()).group(1)  # type: ignore[union-attr]
-        subprocess.run(["scontrol", "requeue", job_id], check=True, timeout=30)
-        out, err = proc.communicate(timeout=400)
+        job_id = wait_until(lambda: when(runs_dir), 300, when.__name__, poll=0.1)
+        subprocess.run([*command, job_id], check=True, timeout=30)
+        out, err = proc.communicate(timeout=600)
     finally:
         proc.kill()
     return subprocess.CompletedProcess(args, proc.returncode, out, err)
@@ -84,7 +125,7 @@ def test_dry_run_shows_one_task_per_node_and_the_torchrun_command(tmp_path: Path
 
 
 def test_digits_trains_with_world_size_4_and_a_log_per_rank(runs: dict[str, Any]) -> None:
-    proc, _ = runs["digits"]
+    proc, _ = runs["reference"]
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = last_json(proc.stdout)
     assert result["world_size"] == 4 and result["test_accuracy"] > 0.5
@@ -94,6 +135,7 @@ def test_digits_trains_with_world_size_4_and_a_log_per_rank(runs: dict[str, Any]
         text = (logs / f"{result['job_id']}_{rank}_log.out").read_text()
         hosts += re.findall(rf"rank {rank}/4 on (\S+),", text)
     assert len(hosts) == 4 and len(set(hosts)) == 2, hosts  # one torchrun per node, on two nodes
+    assert result["nodes"] == hosts  # each rank's node, as in the tasks shape (not one per node task)
     shown = run_submit(["logs", result["run_dir"], "--rank", "3"], cwd=ROOT, timeout=60)
     assert shown.returncode == 0 and "rank 3/4 on" in shown.stdout, shown.stdout + shown.stderr
 
@@ -106,10 +148,22 @@ def test_a_plain_torchrun_script_runs_under_it_unchanged(runs: dict[str, Any]) -
 
 
 def test_a_rank_that_dies_ends_the_job_naming_it(runs: dict[str, Any]) -> None:
-    proc, elapsed = runs["failing"]
+    proc, _ = runs["failing"]
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "rank 3" in proc.stderr, proc.stderr[-3000:]
-    assert elapsed < 180
+    assert "error: the run failed on rank 3: " in proc.stderr, proc.stderr[-3000:]
+    failed = last_json(proc.stdout)
+    # Fail-fast from the moment rank 3 raised (its note) to the job's end in accounting: not the time the
+    # run waited in the queue or took to start, which the runs beside it and a loaded machine decide.
+    (note,) = Path(failed["run_dir"]).glob("logs/*/torchrun/rank-3.json")
+    end = subprocess.run(["sacct", "-j", failed["job_id"], "-X", "-n", "-P", "-o", "End"], capture_output=True,
+                         text=True, check=True, timeout=30).stdout.split()[0]
+    assert datetime.datetime.fromisoformat(end).timestamp() - json.loads(note.read_text())["time"] < 60, end
+    # The rank, not the SLURM task (here a node) that ran it, in the result and in `status`.
+    assert failed["failed_rank"] == 3 and "on rank 3" in failed["error"], failed
+    shown = run_submit(["status", failed["run_dir"]], cwd=ROOT, timeout=60)
+    assert shown.returncode == 0 and "failed" in shown.stdout and "rank 3: " in shown.stdout, shown.stdout
+    rows = run_submit(["status", "--json", "--no-collect", failed["run_dir"]], cwd=ROOT, timeout=60)
+    assert last_json(rows.stdout)["failed_rank"] == 3, rows.stdout
 
 
 def test_a_requeued_run_resumes_from_its_checkpoint_and_completes(runs: dict[str, Any]) -> None:
@@ -129,3 +183,46 @@ def test_a_requeued_run_ends_bitwise_equal_to_an_uninterrupted_one(runs: dict[st
     x, y = (torch.load(Path(r["run_dir"]) / "model_final.pt") for r in (a, b))
     assert x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
     assert a["test_loss"] == b["test_loss"]
+
+
+def test_a_stop_signal_while_torchrun_starts_requeues_the_run_which_ends_bitwise_equal(runs: dict[str, Any]) -> None:
+    # USR2 is what SLURM sends `signal_delay_s` before the time limit (once) and on preemption. Sent while
+    # the workers still start, it is not lost: their node's task notes it, they stop at their first step
+    # boundary, rank 0 checkpoints and node task 0 requeues the job through submitit. (Sent mid-run it
+    # reaches the workers themselves past torchrun's agent: checked by hand, docs/profiles-and-jobs.md.)
+    (ref, _), (proc, _) = runs["reference"], runs["signalled"]
+    assert ref.returncode == 0 and proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    a, b = last_json(ref.stdout), last_json(proc.stdout)
+    # A time-out by submitit's rule, which node task 0 applied and rank 0 reported: a signal after
+    # min(80 %, limit - 10 min) of the limit is one, here of the dev cluster's 10 minutes from the start.
+    assert b["restarts"] == 1 and b["restart_causes"] == {"timeout": 1} and b["resumed_from"], b
+    (stopped,) = [e for e in events.read(Path(b["run_dir"])) if e["event"] == "stopped"]
+    assert stopped["signal"] == "USR2" and stopped["requeued"] and stopped["reason"] == "timeout", stopped
+    x, y = (torch.load(Path(r["run_dir"]) / "model_final.pt") for r in (a, b))
+    assert x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
+    assert a["steps"] == b["steps"] == 110 and a["test_loss"] == b["test_loss"]
+
+
+def test_a_sweep_of_an_entrypoint_is_one_array_and_every_point_trains_with_world_size_4(
+        runs: dict[str, Any]) -> None:
+    proc, _ = runs["sweep"]
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    payload = last_json(proc.stdout)
+    assert payload["counts"] == {"completed": 4}, payload
+    (array,) = {j.split("_")[0] for j in payload["job_ids"]}
+    assert sorted(payload["job_ids"]) == [f"{array}_{t}" for t in range(4)]
+    accounted = subprocess.run(["sacct", "-j", array, "-X", "-n", "-P", "-o", "JobID,State,NNodes"],
+                               capture_output=True, text=True, check=True, timeout=30).stdout.split()
+    assert sorted(accounted) == [f"{array}_{t}|COMPLETED|2" for t in range(4)], accounted  # one array, 2 nodes each
+    run_dir = Path(payload["run_dir"])
+    for task in range(4):
+        result = json.loads((run_dir / f"task-{task:04d}" / "result.json").read_text())
+        assert result["world_size"] == 4 and result["steps"] == 2, result
+        places = result["places"]  # what each rank's ctx said, gathered on rank 0
+        assert [p["rank"] for p in places] == [0, 1, 2, 3] and {p["world_size"] for p in places} == {4}
+        assert [p["local_rank"] for p in places] == [0, 1, 0, 1], places  # torchrun: node by node
+        assert all(p["env"]["RANK"] == str(p["rank"]) and p["env"]["LOCAL_RANK"] == str(p["local_rank"])
+                   and p["env"]["WORLD_SIZE"] == "4" for p in places), places
+        # The two ranks of a node share it (its torchrun), the two nodes differ.
+        assert places[0]["node"] == places[1]["node"] != places[2]["node"] == places[3]["node"], places
+        assert {places[0]["env"]["SLURM_NODEID"], places[2]["env"]["SLURM_NODEID"]} == {"0", "1"}, places

@@ -25,7 +25,7 @@ from launcher.commands.console import EXIT_FAILED, EXIT_OK, emit, overrides_text
 from launcher.commands.relay import for_local_run as relay_logs
 from launcher.request.submission import Submission
 from launcher.rundir import layout, plots, record, restarts, results
-from launcher.rundir.outcomes import Failure, error_text, root_cause_first
+from launcher.rundir.outcomes import RANK_NODES, Failure, error_text, failed_rank, root_cause_first
 from launcher.rundir.states import ACTIVE, task_states
 from trainer.runners.envelope import PLACE_KEYS
 
@@ -173,12 +173,18 @@ def wait(job: Any, poll_s: float = 1.0, force_every_s: float = 5.0, grace_s: flo
         try:
             returned.append(task.result())
         except Exception as err:  # noqa: BLE001 - any task failure is reported, not raised
-            failures.append((rank, *error_text(str(err), type(err).__name__)))
+            failures.append((failed_rank(rank, str(err)), *error_text(str(err), type(err).__name__)))
     if failures:
         first_dead = srun_lines[0][0] if srun_lines else (failfast.failed if failfast else None)
         return Outcome(None, root_cause_first(failures, first_dead))
+    # torchrun shape: each node task returns one result for all its ranks, with their nodes.
+    per_rank = [r.pop(RANK_NODES, None) if isinstance(r, dict) else None for r in returned]
     result = dict(returned[0])
-    result["nodes"] = [r.get("node", "") for r in returned]
+    if all(isinstance(p, dict) for p in per_rank):
+        places = {int(rank): node for p in per_rank for rank, node in p.items()}
+        result["nodes"] = [places[rank] for rank in sorted(places)]
+    else:
+        result["nodes"] = [r.get("node", "") for r in returned]
     return Outcome(result)
 
 

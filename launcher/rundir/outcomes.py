@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,20 @@ SYMPTOMS = ("timed out", "Timeout", "Connection closed", "Connection reset", "Br
             "killed", "SIGTERM", "has not completed", "UncompletedJobError", "ended without a result")
 
 Failure = tuple[int, str, str]  # (rank, one-line error, full text)
+
+# How a `launch: torchrun` node task names the rank that failed under it (launcher.torchrun.RankFailed):
+# submitit keys a job's results by SLURM task, which in that shape is a node, not a rank.
+_RANK_FAILED = re.compile(r"^(?:[\w.]+\.)?RankFailed: rank (\d+) failed", re.MULTILINE)
+
+# The key under which a torchrun node task returns the nodes of its ranks, {rank: node}.
+RANK_NODES = "rank_nodes"
+
+
+def failed_rank(task: int, text: str) -> int:
+    """The rank a failure is about: the one a torchrun node task named, else the task's own index
+    (in the tasks shape, one SLURM task is one rank)."""
+    named = _RANK_FAILED.search(text)
+    return int(named.group(1)) if named else task
 
 
 def error_text(text: str, default: str = "error") -> tuple[str, str]:
@@ -62,6 +77,8 @@ def read_outcomes(run_dir: Path, job_id: str,
                 kind, value = pickle.load(fh)
         except Exception:  # noqa: BLE001, S112 - a half-written or foreign pickle tells us nothing
             continue
+        if isinstance(value, dict):  # a torchrun node task's own ranks: `--wait` reads them (waiting.wait)
+            value.pop(RANK_NODES, None)
         if rank.isdigit():
             out[int(rank)] = (str(kind), value)
     return out
@@ -95,7 +112,8 @@ _CHECKED: set[str] = set()
 
 def failure_of(outcomes: dict[int, tuple[str, Any]]) -> tuple[int, str] | None:
     """The failed rank and its one-line error, the root cause first (peers die of timeouts)."""
-    failures = [(rank, *error_text(str(v))) for rank, (kind, v) in outcomes.items() if kind != "success"]
+    failures = [(failed_rank(rank, str(v)), *error_text(str(v))) for rank, (kind, v) in outcomes.items()
+                if kind != "success"]
     if not failures:
         return None
     rank, short, _ = root_cause_first(failures)[0]
