@@ -20,4 +20,7 @@ if ! [ -x /usr/sbin/sshd ] || ! command -v rsync >/dev/null || ! command -v setf
 fi
 python3 -m launcher.devcluster up --nodes 4
 trap 'python3 -m launcher.devcluster down' EXIT
-python3 -m pytest "$@"
+# Two workers, one test file each at a time (--dist loadfile keeps a file's module fixtures and its
+# runs on one worker): most of a SLURM test's time is the queue and the nodes' start-up, not this
+# machine's CPUs, so two files at once take about half the wall time. DDP_TEST_WORKERS=0 runs serially.
+python3 -m pytest -n "${DDP_TEST_WORKERS:-2}" --dist loadfile "$@"
