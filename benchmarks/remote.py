@@ -8,7 +8,7 @@ environment alone reaches the dev cluster), with the shared connection already o
      counted; interleaved, medians of --repeats. The jobs are held (`--begin now+1hour`) and
      cancelled: only queueing is measured. Issue's budget: at most 1 s more.
   2. syncing a 20,000-file project (benchmarks/snapshot.py's generated git repository) with
-     launcher.commands.remote.sync_project: the first (cold) sync, then unchanged (the content hash
+     launcher.commands.remote_sync.sync_project: the first (cold) sync, then unchanged (the content hash
      from remembered per-file hashes, one check there; issue's budget: at most 0.5 s), then with one
      file edited (a new folder, the rest copied there by --copy-dest).
 Needs root (sshd, the account) and the dev cluster up. Usage: python benchmarks/remote.py [--repeats 3]
@@ -35,7 +35,7 @@ from benchmarks.common import load_note  # noqa: E402
 from benchmarks.snapshot import make_repo  # noqa: E402
 from launcher import devcluster  # noqa: E402
 from launcher.cluster.ssh import Connection  # noqa: E402
-from launcher.commands import remote  # noqa: E402
+from launcher.commands import remote, remote_sync  # noqa: E402
 from launcher.rundir import snapshot  # noqa: E402
 from tests import sshd  # noqa: E402
 
@@ -69,7 +69,7 @@ def on_login_node(server: sshd.Server, remote_dir: str, code: str, profile: str)
 
 
 def sync_unchanged(conn: Connection, repo: Path, remote_dir: str, repeats: int) -> dict[str, float]:
-    """launcher.commands.remote.project_listing + sync_project as a submission calls them (the plan's
+    """launcher.commands.remote_sync.project_listing + sync_project as a submission calls them (the plan's
     listing given: its cost is shown apart, as the snapshot's own)."""
     # Content the cluster side has not seen (a repository made the same way earlier would be found there).
     (repo / "NONCE").write_text(f"{time.time()}\n")
@@ -81,11 +81,11 @@ def sync_unchanged(conn: Connection, repo: Path, remote_dir: str, repeats: int) 
         """What a submission adds for the project: its listing's address, the preflight's question
         (timed here as a round trip of its own, so pessimistic), and the sync."""
         start = time.perf_counter()
-        found = remote.project_listing(sub, "bench")
+        found = remote_sync.project_listing(sub, "bench")
         assert found is not None
         asked = " ".join(f"test -d {f} && echo found:{f};" for f in found.folders())
         there = conn.run(f"cd {remote_dir} && {asked} true").stdout
-        synced = remote.sync_project(conn, found, {w[6:] for w in there.split() if w.startswith("found:")},
+        synced = remote_sync.sync_project(conn, found, {w[6:] for w in there.split() if w.startswith("found:")},
                                      remote_dir, repo)
         return time.perf_counter() - start, synced["sent"]
 
@@ -94,7 +94,7 @@ def sync_unchanged(conn: Connection, repo: Path, remote_dir: str, repeats: int) 
     hashes = []
     for _ in range(repeats):  # the hash step alone (stat calls against the remembered hashes)
         start = time.perf_counter()
-        remote.project_hash(repo, listing.files)
+        remote_sync.project_hash(repo, listing.files)
         hashes.append(time.perf_counter() - start)
     edited = repo / listing.files[len(listing.files) // 2]
     edited.write_text(edited.read_text() + "# edited\n")

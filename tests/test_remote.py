@@ -264,7 +264,7 @@ def test_the_project_hash_follows_contents_and_the_dry_run_shows_the_project_rsy
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """In-process: remembered per-file hashes (by size, mtime, inode) never hide an edit, and an
     unchanged project keeps its address; --dry-run's lines name the project's rsync."""
-    from launcher.commands import remote
+    from launcher.commands import remote, remote_sync
     from launcher.config.profile import Profile
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
@@ -273,14 +273,14 @@ def test_the_project_hash_follows_contents_and_the_dry_run_shows_the_project_rsy
     (tmp_path / "p" / "b.py").write_text("B = 1\n")
     for name in ("a.py", "b.py"):  # old enough to be remembered (a file written just now is re-read)
         os.utime(tmp_path / "p" / name, (time.time() - 100, time.time() - 100))
-    first, before = remote.project_hash(tmp_path / "p", ["a.py", "b.py"])
-    remembered = json.loads(remote.hash_cache_file(tmp_path / "p").read_text())["files"]
+    first, before = remote_sync.project_hash(tmp_path / "p", ["a.py", "b.py"])
+    remembered = json.loads(remote_sync.hash_cache_file(tmp_path / "p").read_text())["files"]
     assert before == "" and all(len(entry) == 4 for entry in remembered.values()), remembered
-    assert remote.project_hash(tmp_path / "p", ["a.py", "b.py"]) == (first, first)
+    assert remote_sync.project_hash(tmp_path / "p", ["a.py", "b.py"]) == (first, first)
     (tmp_path / "p" / "a.py").write_text("A = 2\n")  # same size: the mtime (or inode) gives it away
-    edited, before = remote.project_hash(tmp_path / "p", ["a.py", "b.py"])
+    edited, before = remote_sync.project_hash(tmp_path / "p", ["a.py", "b.py"])
     assert edited != first and before == first
     (tmp_path / "p" / "a.py").write_text("A = 1\n")
-    assert remote.project_hash(tmp_path / "p", ["a.py", "b.py"])[0] == first, "content, not stat, is the address"
+    assert remote_sync.project_hash(tmp_path / "p", ["a.py", "b.py"])[0] == first, "content, not stat, is the address"
     lines = remote.dry_run_lines(Profile(executor="slurm", login="mylab"), str(tmp_path / "p"))
     assert "--files-from=-" in lines and "projects/<content hash>" in lines, lines
