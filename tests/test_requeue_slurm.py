@@ -130,7 +130,9 @@ def test_a_run_requeued_by_its_time_limit_completes_bitwise_identical_to_an_unin
     # them go: they stop at the next step, checkpoint and requeue as a time-out; later attempts finish
     # the remaining steps (on a loaded machine an attempt may do little before its signal: many
     # time-out requeues are allowed).
-    job = "extends: digits\nname: digits-timelimit\nepochs: 10\neval_every_epochs: 10\nlog_every_steps: 100000\n"
+    # 4 epochs: the attempts after the frozen one finish them in one or two more (each attempt costs
+    # 2 rank starts and a requeue; 10 epochs took up to 7 attempts on a loaded machine).
+    job = "extends: digits\nname: digits-timelimit\nepochs: 4\neval_every_epochs: 4\nlog_every_steps: 100000\n"
     for name in ("limited", "plain"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "job.yaml").write_text(job)
@@ -144,21 +146,21 @@ def test_a_run_requeued_by_its_time_limit_completes_bitwise_identical_to_an_unin
         run_dir = wait_until(lambda: next((tmp_path / "limited" / "runs").glob("*/run.json"), None), 120,
                              "the run folder").parent
         wait_until(lambda: (run_dir / "metrics.jsonl").exists(), 180, "the first epoch", poll=0.02)
-        due = job_start(events_of(run_dir, "started")[0]["job_id"]) + 47  # SLURM has signalled by then
-        if time.time() < due - 1:  # else this machine was slow enough by itself: signalled already
-            pids = [rank_pid(run_dir, 0), rank_pid(run_dir, 1)]
-            try:
-                for pid in pids:
-                    os.kill(pid, signal.SIGSTOP)
-                time.sleep(due - time.time())
-            except ProcessLookupError:
-                pass  # that attempt had already stopped on its signal (a slow machine needs no freezing)
-            finally:
-                for pid in pids:
-                    try:
-                        os.kill(pid, signal.SIGCONT)
-                    except ProcessLookupError:
-                        pass
+        # Frozen first (an epoch takes a fraction of a second here), then held until the signal is due.
+        pids = [rank_pid(run_dir, 0), rank_pid(run_dir, 1)]
+        try:
+            for pid in pids:
+                os.kill(pid, signal.SIGSTOP)
+            due = job_start(events_of(run_dir, "started")[0]["job_id"]) + 47  # SLURM has signalled by then
+            time.sleep(max(0.0, due - time.time()))  # none: this machine was slow enough by itself
+        except ProcessLookupError:
+            pass  # that attempt had already stopped on its signal (a slow machine needs no freezing)
+        finally:
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
         out, err = run.communicate(timeout=780)
         ref_out, ref_err = reference.communicate(timeout=300)
     finally:
@@ -173,5 +175,5 @@ def test_a_run_requeued_by_its_time_limit_completes_bitwise_identical_to_an_unin
     assert len(stopped) == result["restarts"]
     assert all(e["requeued"] and e["reason"] == "timeout" for e in stopped), stopped
     assert [e["step"] for e in events_of(run_dir, "resumed")] == [e["step"] for e in stopped]  # nothing lost
-    assert result["epochs"] == ref["epochs"] == 10
+    assert result["epochs"] == ref["epochs"] == 4
     assert same_weights(Path(ref["run_dir"]) / "model_final.pt", run_dir / "model_final.pt")
