@@ -23,4 +23,5 @@ trap 'python3 -m launcher.devcluster down' EXIT
 # Two workers, one test file each at a time (--dist loadfile keeps a file's module fixtures and its
 # runs on one worker): most of a SLURM test's time is the queue and the nodes' start-up, not this
 # machine's CPUs, so two files at once take about half the wall time. DDP_TEST_WORKERS=0 runs serially.
-python3 -m pytest -n "${DDP_TEST_WORKERS:-2}" --dist loadfile "$@"
+# --no-loadscope-reorder: the files run in the order tests/conftest.py gives them (the slowest first).
+python3 -m pytest -n "${DDP_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder "$@"
