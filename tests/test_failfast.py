@@ -215,8 +215,9 @@ def test_a_local_sweep_task_whose_rank_dies_at_start_ends_within_30_s_and_names_
         pid = wait_until(lambda: banner_pid(run_dir, task=0, rank=1), 90, "task 0's rank 1 banner", poll=0.05)
         os.kill(pid, signal.SIGKILL)
         killed = time.time()
-        # Generous: the promise is the 30 s to the report (asserted below); task 1 still trains to its end.
-        proc.wait(timeout=300)
+        # Generous: the promise is the 30 s to the report (asserted below); task 1 still trains to its end
+        # (16 s on an idle machine, 240 s once on CI's loaded one).
+        proc.wait(timeout=600)
         reader.join(timeout=10)
     finally:
         if proc.poll() is None:  # failed: don't leave task 0's rank 0 waiting 600 s in the rendezvous
