@@ -239,6 +239,7 @@ def probe_task() -> dict[str, Any]:
     where = environment.resolve(os.environ)
     report: dict[str, Any] = {
         "rank": where.rank, "world_size": where.world_size, "local_rank": where.local_rank,
+        "launcher": where.launcher,  # who started this process: "slurm" (srun's task) or "torchrun"
         "node": os.environ.get("SLURMD_NODENAME", socket.gethostname()),
         "master_addr": where.master_addr, "master_port": where.master_port,
         "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),

@@ -21,6 +21,7 @@ How the guarantees hold here:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pickle
@@ -59,6 +60,67 @@ def stop_flag(results: Path, node_id: int) -> Path:
     return results / f"stop-{node_id}"
 
 
+@dataclasses.dataclass(frozen=True)
+class _NodeTask:
+    """Where this node's task is (its job, node and submitit folder), and its torchrun command."""
+
+    job_id: str
+    node_id: int
+    nodes: list[str]
+    folder: str
+    submitit_job_id: str
+
+    @classmethod
+    def here(cls) -> _NodeTask:
+        from submitit.core.job_environment import JobEnvironment
+
+        from trainer.distributed import hostlist
+
+        env, paths = os.environ, JobEnvironment().paths
+        return cls(_job_id(env), int(env.get("SLURM_NODEID", "0")), hostlist.expand(env["SLURM_JOB_NODELIST"]),
+                   str(paths.folder), str(paths.job_id))
+
+    @property
+    def results(self) -> Path:
+        found = Path(self.folder) / RESULTS_DIR
+        found.mkdir(exist_ok=True)
+        return found
+
+    def command(self, nproc: int, spec: dict[str, Any]) -> list[str]:
+        """Write the workers' spec (with where they log and note) and return this node's torchrun line."""
+        from trainer.distributed import environment
+
+        path = Path(self.folder) / f"torchrun-{self.node_id}.pkl"
+        with open(path, "wb") as out:
+            pickle.dump({**spec, "results": str(self.results), "folder": self.folder,
+                         "job_id": self.submitit_job_id}, out)
+        cmd = torchrun_cmd.command(sys.executable, len(self.nodes), nproc, self.nodes[0],
+                                   environment.port_for_job(self.job_id), self.job_id, str(path), self.node_id == 0)
+        print(f"[torchrun] node {self.node_id} ({self.nodes[self.node_id]}): {' '.join(cmd)}", flush=True)
+        return cmd
+
+
+class TorchrunProbe:
+    """`submit.py probe` in this shape: the node's torchrun starts its `nproc` workers as for training
+    (the same worker, torchrun's own LOCAL_RANK and the node task's GPUs), and each reports with
+    `launcher.node.probe_task`, the tasks shape's probe. Returns this node's ranks' reports."""
+
+    def __init__(self, nproc: int) -> None:
+        self.nproc = nproc
+
+    def __call__(self) -> list[dict[str, Any]]:
+        from launcher.node import private_and_coreless
+
+        private_and_coreless()
+        here = _NodeTask.here()
+        code = subprocess.run(here.command(self.nproc, {"probe": True}), check=False).returncode
+        mine = sorted(here.results.glob(f"probe-{here.node_id}-*.json"))
+        if code != 0 or len(mine) != self.nproc:
+            raise RuntimeError(f"torchrun on node {here.nodes[here.node_id]} exited with status {code} and "
+                               f"{len(mine)} of {self.nproc} ranks reported (see the job's logs)")
+        return [json.loads(p.read_text()) for p in mine]
+
+
 class RankFailed(RuntimeError):
     """A rank under this node's torchrun failed: "rank R failed: ...", which status and `--wait` read
     as rank R's failure (launcher.rundir.outcomes.failed_rank), not as this node task's."""
@@ -72,37 +134,25 @@ class TorchrunTask(Checkpointable):
         self.run_root = run_root or settings.run_dir
 
     def __call__(self) -> dict[str, Any]:
-        from submitit.core.job_environment import JobEnvironment
-
         from launcher.node import TERMINATED_EXIT_CODE, SubmititRequeue, drop_stale_result, private_and_coreless
-        from trainer.distributed import environment, hostlist
 
         private_and_coreless()
         drop_stale_result()
-        env = os.environ
-        job_id, node_id = _job_id(env), int(env.get("SLURM_NODEID", "0"))
-        nodes = hostlist.expand(env["SLURM_JOB_NODELIST"])
-        paths = JobEnvironment().paths
-        results = Path(paths.folder) / RESULTS_DIR
-        results.mkdir(exist_ok=True)
+        here = _NodeTask.here()
+        node_id, nodes, results = here.node_id, here.nodes, here.results
         if node_id == 0:
             for old in results.glob("rank-*.json"):  # an earlier attempt's (a requeue reuses the folder)
                 old.unlink(missing_ok=True)
-        spec = Path(paths.folder) / f"torchrun-{node_id}.pkl"
         requeue = SubmititRequeue.current()
-        with open(spec, "wb") as out:
-            pickle.dump({"job": self.job, "settings": self.settings, "results": str(results),
-                         "folder": str(paths.folder), "job_id": str(paths.job_id),
-                         "clock": None if requeue is None else submitit_private.timeout_clock(requeue.handler)}, out)
+        cmd = here.command(self.nproc, {
+            "job": self.job, "settings": self.settings,
+            "clock": None if requeue is None else submitit_private.timeout_clock(requeue.handler)})
         signum = signal.Signals[f"SIG{self.settings.stop_signal}"]
         flag = stop_flag(results, node_id)
         flag.unlink(missing_ok=True)  # an earlier attempt's
         # This task notes the signal for the workers that have not installed their handlers yet
         # (torchrun and torch take seconds to start; SLURM sends the time-limit signal once).
         previous = signal.signal(signum, lambda *_: flag.write_text(self.settings.stop_signal))
-        cmd = torchrun_cmd.command(sys.executable, len(nodes), self.nproc, nodes[0],
-                                   environment.port_for_job(job_id), job_id, str(spec), node_id == 0)
-        print(f"[torchrun] node {node_id} ({nodes[node_id]}): {' '.join(cmd)}", flush=True)
         # The agent and the workers ignore the signal until the workers catch it (module doc).
         code = subprocess.run(cmd, check=False, preexec_fn=lambda: signal.signal(signum, signal.SIG_IGN)).returncode
         signal.signal(signum, previous)
@@ -153,6 +203,12 @@ def worker(spec_path: str) -> int:
         out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         os.dup2(out, fd)
         os.close(out)
+    if spec.get("probe"):  # `submit.py probe`: report, do not train (TorchrunProbe)
+        from launcher.node import probe_task
+
+        node_id = os.environ.get("SLURM_NODEID", "0")
+        (Path(spec["results"]) / f"probe-{node_id}-{rank}.json").write_text(json.dumps(probe_task()))
+        return 0
     settings: RunSettings = spec["settings"]
     stops = StopSignals(settings.stop_signal)
     stops.install()

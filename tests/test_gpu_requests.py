@@ -4,13 +4,15 @@
 The dev cluster's gpu partition (gpu1, gpu2) advertises `gpu:fake:4` with stand-in device files: the
 scheduler really binds GPUs to tasks (CUDA_VISIBLE_DEVICES, SLURM_STEP_GPUS), only CUDA is missing.
 `submit.py probe` runs the exact request and reports, per rank, the GPU the trainer would take
-(`trainer.distributed.environment.own_gpu`, which `pick_device` uses). The three probes run at once.
+(`trainer.distributed.environment.own_gpu`, which `pick_device` uses), in both launch shapes (`launch:
+torchrun`: each rank torchrun starts reports). The four probes run at once.
 Re-record the scripts after an intended change: UPDATE_RECORDED=1 python -m pytest tests/test_gpu_requests.py
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -27,6 +29,9 @@ SHAPES = {
     "gres-typed-per-task": ["profile.gpu_request=gres", "profile.gpu_type=fake", "profile.gpus_per_task=1"],
     "gpus-typed-per-task": ["profile.gpu_type=fake", "profile.gpus_per_task=1"],
     "gpus-untyped": [],
+    # One torchrun per node (typed --gres for the node's task): each rank is a worker torchrun started,
+    # its GPU the LOCAL_RANK-th of the node's.
+    "torchrun": ["profile.launch=torchrun", "profile.gpu_request=gres", "profile.gpu_type=fake"],
 }
 
 
@@ -53,6 +58,10 @@ def test_each_rank_has_its_own_gpu_in_every_request_style(probes: dict[str, Any]
     # LOCAL_RANK-th of the node's (per node).
     per_node = {(t["node"], t["gpu"]) for t in tasks}
     assert len(per_node) == 4, tasks
+    for node in {t["node"] for t in tasks}:
+        assert sorted(t["local_rank"] for t in tasks if t["node"] == node) == [0, 1], tasks
+    # Reported by the processes that would train: srun's tasks, or the workers torchrun started.
+    assert {t["launcher"] for t in tasks} == {"torchrun" if shape == "torchrun" else "slurm"}, tasks
     for t in tasks:
         visible = t["CUDA_VISIBLE_DEVICES"].split(",")
         if "profile.gpus_per_task=1" in SHAPES[shape]:
@@ -74,6 +83,7 @@ def dry_run(tmp_path: Path, *args: str) -> dict:
     ("gres", [*GPU, "--set", "profile.gpu_request=gres", "--set", "profile.gpu_type=fake",
               "--set", "profile.gpus_per_task=1"]),
     ("gpus", ["--profile", "slurm-gpu", "--set", "profile.gpu_type=a100", "--set", "profile.gpus_per_task=1"]),
+    ("torchrun", [*GPU, *(arg for s in SHAPES["torchrun"] for arg in ("--set", s))]),
 ])
 def test_the_request_lines_are_the_recorded_ones(tmp_path: Path, name: str, args: list[str]) -> None:
     info = dry_run(tmp_path, *args)
@@ -84,6 +94,10 @@ def test_the_request_lines_are_the_recorded_ones(tmp_path: Path, name: str, args
         recorded.write_text(script)
     assert script == recorded.read_text()
     lines = script.splitlines()
+    if name == "torchrun":  # one task per node holds the node's GPUs; torchrun gives each rank its own
+        assert {"#SBATCH --gres=gpu:fake:2", "#SBATCH --ntasks-per-node=1", "#SBATCH --cpus-per-task=2"} <= set(lines)
+        assert "--gpu-bind" not in lines[-1] and "--nproc-per-node=2" in info["torchrun"]
+        return
     if name == "gres":
         assert "#SBATCH --gres=gpu:fake:2" in lines and not any("--gpus-per" in line for line in lines)
     else:
@@ -93,8 +107,15 @@ def test_the_request_lines_are_the_recorded_ones(tmp_path: Path, name: str, args
 
 
 def test_shipped_gpu_profiles_show_their_request(tmp_path: Path) -> None:
-    """Without the new keys the request is what it was: --gpus-per-node=N, one task per GPU."""
-    for profile, gpus in (("slurm-gpu", 8), ("dev-cluster-gpu", 2)):
-        lines = dry_run(tmp_path, "--profile", profile)["sbatch_script"].splitlines()
-        assert f"#SBATCH --gpus-per-node={gpus}" in lines and f"#SBATCH --ntasks-per-node={gpus}" in lines
-        assert not any("gres" in line or "gpu-bind" in line for line in lines)
+    """Without the new keys the request is what it was: --gpus-per-node=N, one task per GPU; with
+    `launch: torchrun`, one task per node holding the node's GPUs and CPUs. The request lines, exactly."""
+    request = re.compile(r"#SBATCH --(nodes|ntasks-per-node|cpus-per-task|gpus.*|gres|mem|partition)=")
+    for profile, gpus, cpus, mem in (("slurm-gpu", 8, 10, "524288M"), ("dev-cluster-gpu", 2, 1, "2048M")):
+        for launch, tasks, cpus_per_task in (("tasks", gpus, cpus), ("torchrun", 1, cpus * gpus)):
+            info = dry_run(tmp_path, "--profile", profile, "--set", f"profile.launch={launch}")
+            lines = info["sbatch_script"].splitlines()
+            assert [line for line in lines if request.match(line)] == [
+                f"#SBATCH --cpus-per-task={cpus_per_task}", f"#SBATCH --gpus-per-node={gpus}", f"#SBATCH --mem={mem}",
+                "#SBATCH --nodes=2", f"#SBATCH --ntasks-per-node={tasks}", "#SBATCH --partition=gpu"], (profile, launch)
+            assert "gpu-bind" not in lines[-1]
+            assert launch == "tasks" or f"--nnodes=2 --nproc-per-node={gpus} " in info["torchrun"]

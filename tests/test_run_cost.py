@@ -60,6 +60,23 @@ def test_a_wasteful_run_is_told_which_profile_keys_to_lower() -> None:
     assert "8% of its CPUs" in lines[0] and "100 MB of 4096 MB" in lines[1] and "100 s of its 60 min" in lines[2]
 
 
+def test_in_the_torchrun_shape_a_node_tasks_memory_is_measured_against_the_nodes_request() -> None:
+    """One SLURM task per node runs torchrun and its ranks: sacct's MaxRSS is theirs together, so it is
+    compared with the node's request (mem_per_task x tasks_per_node), and status says so."""
+    # Job 258's step peaked at 900000K (879 MB): over half of one rank's 1G, under half of the node's 2 x 1G.
+    tasks = {"cpus_per_task": 1, "mem_per_task": "1G", "time": 2, "tasks_per_node": 2}
+    torchrun = {**tasks, "launch": "torchrun"}
+    usage = usage_from_table(SACCT)["258"]
+    assert task_cost(usage, tasks)["mem_requested_mb"] == 1024 and task_cost(usage, tasks)["mem_per"] == "task"
+    cost = task_cost(usage, torchrun)
+    assert cost["mem_requested_mb"] == 2048 and cost["mem_per"] == "node"
+    assert cost_cell(cost) == "cpu 39%, mem 879/2048 MB per node, 0.0183 node-h"
+    assert not any("mem_per_task" in line for line in advice({0: task_cost(usage, tasks)}, tasks))
+    lines = [line for line in advice({0: cost}, torchrun) if "mem_per_task" in line]
+    assert lines == ["the run's peak memory per node (its torchrun and 2 ranks) was 879 MB of 2048 MB = "
+                     "mem_per_task x 2: lower mem_per_task (now 1G)"]
+
+
 def test_a_run_that_used_what_it_asked_for_gets_no_advice() -> None:
     profile = {"cpus_per_task": 1, "mem_per_task": "1G", "time": 2}
     usage = usage_from_table("JobID|State|ElapsedRaw|TotalCPU|AllocCPUS|NNodes|MaxRSS\n"

@@ -163,7 +163,12 @@ def test_a_rank_that_dies_ends_the_job_naming_it(runs: dict[str, Any]) -> None:
     shown = run_submit(["status", failed["run_dir"]], cwd=ROOT, timeout=60)
     assert shown.returncode == 0 and "failed" in shown.stdout and "rank 3: " in shown.stdout, shown.stdout
     rows = run_submit(["status", "--json", "--no-collect", failed["run_dir"]], cwd=ROOT, timeout=60)
-    assert last_json(rows.stdout)["failed_rank"] == 3, rows.stdout
+    row = last_json(rows.stdout)
+    assert row["failed_rank"] == 3, rows.stdout
+    # Its cost: one SLURM task per node ran torchrun and 2 ranks, so sacct's peak is measured against the
+    # node's request (dev-cluster's 768M x 2), and both views say so.
+    assert row["cost"]["mem_per"] == "node" and row["cost"]["mem_requested_mb"] == 1536, row
+    assert "/1536 MB per node" in shown.stdout, shown.stdout
 
 
 def test_a_requeued_run_resumes_from_its_checkpoint_and_completes(runs: dict[str, Any]) -> None:

@@ -1,5 +1,6 @@
 """`submit.py probe --profile P [--job J]`: one tiny job (no training) with exactly the profile's request
-that checks the nodes' interpreter and prints, for every task, its rank, node and the GPUs it was given.
+that checks the nodes' interpreter and prints, for every rank, its node, local rank and the GPUs it was given
+(`launch: torchrun`: every rank that the node's torchrun starts, not the node's task).
 
 Run it once per environment: a new profile, a new `python`, `container` or `setup`, or a job that
 imports packages of its own (`--job`). Each task first looks up what the tool needs on a node
@@ -48,7 +49,7 @@ def parser() -> ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
-    from launcher.node import GPU_VARIABLES, probe_task  # imports submitit: only when probing, not for --help
+    from launcher.node import GPU_VARIABLES  # imports submitit: only when probing, not for --help
     if any(not s.startswith("profile.") for s in args.sets):
         raise ConfigError("--set: the probe takes only profile.KEY=VALUE overrides")
     profile, source = load_profile(args.profile, parse_overrides(args.sets)["profile"])
@@ -67,12 +68,16 @@ def main(argv: list[str]) -> int:
     checked = f"{python} -m launcher.envcheck --report {shlex.quote(str(reports_dir))} " + \
         " ".join(shlex.quote(m) for m in modules) + " --exec"
     sub = dataclasses.replace(sub, python=checked)
-    # The one sending path, with the probe in place of training (the node unpickles it from launcher.node).
-    job = send.send_function(sub, probe_task)
-    print(f"probe job {job.job_id} on {profile.nodes} node(s) x {profile.tasks_per_node} task(s), "
+    # The one sending path, with the probe in place of training (in the torchrun shape: under torchrun).
+    torchrun = profile.launch == "torchrun"
+    job = send.send_probe(sub)
+    print(f"probe job {job.job_id} on {profile.nodes} node(s) x {profile.tasks_per_node} "
+          f"{'rank(s) under one torchrun per node' if torchrun else 'task(s)'}, "
           f"logs in {layout.job_log_dir(run_dir, str(job.job_id))}", flush=True)
     try:
         reports = [job.task(k).result() for k in range(job.num_tasks)]
+        if torchrun:  # a list of its ranks' reports per node task
+            reports = [r for node in reports for r in node]
     except Exception as err:  # noqa: BLE001 - the job's failure is reported, not raised
         print(f"error: {failure(source, reports_dir, job.job_id, err)}", file=sys.stderr)
         return EXIT_FAILED

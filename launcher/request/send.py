@@ -93,9 +93,17 @@ def send(sub: Submission, chunk_size: int | None = None,
     return _queue(sub, calls, chunk_size, on_queued)
 
 
-def send_function(sub: Submission, function: Callable[[], Any]) -> Any:
-    """Queue one plain function with `sub`'s request instead of training (`submit.py probe`)."""
-    return _queue(sub, [function], None, None)[0]
+def send_probe(sub: Submission) -> Any:
+    """Queue `submit.py probe` with `sub`'s request instead of training: `launcher.node.probe_task` on
+    every task or, in the torchrun shape, on every rank the node's torchrun starts (each node task then
+    returns a list of its ranks' reports)."""
+    from launcher.node import probe_task
+
+    if sub.profile.launch == "torchrun":
+        from launcher.torchrun import TorchrunProbe
+
+        return _queue(sub, [TorchrunProbe(sub.profile.tasks_per_node)], None, None)[0]
+    return _queue(sub, [probe_task], None, None)[0]
 
 
 def _queue(sub: Submission, calls: list[Callable[[], Any]], chunk_size: int | None,

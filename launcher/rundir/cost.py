@@ -1,6 +1,7 @@
 """What a SLURM run cost against what its profile asked for: elapsed time, CPU efficiency, peak
-memory against `mem_per_task`, node-hours (from launcher.cluster.slurm.usage), and one line per
-profile key that the run used less than half of, so the user knows which request to lower.
+memory against `mem_per_task` (the node's request in the torchrun shape), node-hours (from
+launcher.cluster.slurm.usage), and one line per profile key that the run used less than half of, so
+the user knows which request to lower.
 """
 
 from __future__ import annotations
@@ -19,14 +20,25 @@ WASTE_BELOW = 0.5
 COST_COLUMNS = ["elapsed_s", "cpu_efficiency", "max_rss_mb", "mem_requested_mb", "node_hours"]
 
 
+def ranks_per_task(profile: dict[str, Any]) -> int:
+    """How many ranks one SLURM task holds: 1, or in the torchrun shape (one task per node runs torchrun
+    and its workers) the node's `tasks_per_node`. sacct's MaxRSS is per SLURM task (its processes
+    together), so that is what its memory is measured against."""
+    return int(profile.get("tasks_per_node") or 1) if profile.get("launch") == "torchrun" else 1
+
+
 def task_cost(usage: JobUsage, profile: dict[str, Any]) -> dict[str, Any]:
-    """One task's figures; mem_requested_mb is the profile's mem_per_task (None: the partition default)."""
-    requested = units.memory_mb(profile["mem_per_task"]) if profile.get("mem_per_task") is not None else None
+    """One task's figures; mem_requested_mb is what one SLURM task was given: the profile's mem_per_task,
+    or in the torchrun shape the node's request, mem_per_task x tasks_per_node (`mem_per` says which;
+    None: the partition default)."""
+    ranks = ranks_per_task(profile)
+    requested = units.memory_mb(profile["mem_per_task"]) * ranks if profile.get("mem_per_task") is not None else None
     efficiency = usage.cpu_efficiency
     return {"elapsed_s": usage.elapsed_s,
             "cpu_efficiency": None if efficiency is None else round(efficiency, 4),
             "max_rss_mb": None if usage.max_rss_bytes is None else round(usage.max_rss_bytes / 2**20, 1),
-            "mem_requested_mb": requested, "node_hours": round(usage.node_hours, 6),
+            "mem_requested_mb": requested, "mem_per": "node" if ranks > 1 else "task",
+            "node_hours": round(usage.node_hours, 6),
             "total_cpu_s": round(usage.total_cpu_s, 3), "alloc_cpus": usage.alloc_cpus, "nodes": usage.nodes}
 
 
@@ -52,7 +64,10 @@ def advice(costs: dict[int, dict[str, Any]], profile: dict[str, Any]) -> list[st
     peaks = [c["max_rss_mb"] for c in costs.values() if c["max_rss_mb"] is not None]
     requested = next(iter(costs.values()))["mem_requested_mb"]
     if peaks and requested and max(peaks) < WASTE_BELOW * requested:
-        lines.append(f"the run's peak memory per task was {max(peaks):.0f} MB of {requested} MB: lower "
+        ranks = ranks_per_task(profile)
+        per = f"node (its torchrun and {ranks} ranks)" if ranks > 1 else "task"
+        of = f"{requested} MB = mem_per_task x {ranks}" if ranks > 1 else f"{requested} MB"
+        lines.append(f"the run's peak memory per {per} was {max(peaks):.0f} MB of {of}: lower "
                      f"mem_per_task (now {profile.get('mem_per_task')})")
     limit_s = 60 * units.time_minutes(profile["time"]) if profile.get("time") is not None else None
     longest = max(c["elapsed_s"] for c in costs.values())
@@ -69,4 +84,5 @@ def cost_cell(cost: dict[str, Any] | None) -> str:
     cpu = f"cpu {cost['cpu_efficiency']:.0%}" if cost["cpu_efficiency"] is not None else "cpu -"
     peak = f"{cost['max_rss_mb']:.0f}" if cost["max_rss_mb"] is not None else "-"
     mem = f"mem {peak}/{cost['mem_requested_mb']} MB" if cost["mem_requested_mb"] else f"mem {peak} MB"
+    mem += " per node" if cost.get("mem_per") == "node" else ""  # the torchrun shape: one task holds the node
     return f"{cpu}, {mem}, {cost['node_hours']:.4f} node-h"
