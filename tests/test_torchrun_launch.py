@@ -104,7 +104,8 @@ def interrupted(runs_dir: Path, sets: list[str], command: list[str],
     proc = subprocess.Popen(args, cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
-        job_id = wait_until(lambda: when(runs_dir), 300, when.__name__, poll=0.1)
+        # 600 s: in the suite another file's jobs may hold the CPU nodes first (seen: 20 jobs, 300 s).
+        job_id = wait_until(lambda: when(runs_dir), 600, when.__name__, poll=0.1)
         subprocess.run([*command, job_id], check=True, timeout=30)
         out, err = proc.communicate(timeout=600)
     finally:
