@@ -123,7 +123,10 @@ def main() -> int:
             laptop = work / "laptop"
             laptop.mkdir()
             (laptop / "mylab.yaml").write_text("extends: dev-cluster\nslurm_conf: ''\nlogin: mylab\n")
+            # Bytecode caches on both sides, as on a user's laptop: the login node (ssh's environment)
+            # writes them; a PYTHONDONTWRITEBYTECODE here would add 0.15 s of compiling to the laptop alone.
             env = {**server.client_env(), "PYTHONPATH": str(ROOT)}
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
             if args.sync_only:  # where the remote_dir is: the shipped preflight's answer
                 where = SimpleNamespace(python="", remote_dir="~/ddp-submit")
                 remote_dir = remote.preflight(Connection("mylab"), where)[0]  # type: ignore[arg-type]

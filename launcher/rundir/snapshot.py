@@ -117,11 +117,7 @@ def ensure(run_dir: Path, project: Survey | None = None, submit_dir: Path | None
         started = time.perf_counter()
         _copy(project.root, project.files, run_dir / PROJECT_DIR)
         note["project"] = _describe(project, started)
-    if same:
-        files, git = project.files, project.git
-    else:
-        files, git = _git_files(code_root, PACKAGES)
-        files = files if files is not None else _package_files(code_root)
+    files, git = (project.files, project.git) if same else tool_files(code_root)
     partial = target.with_name(f".{SNAPSHOT_DIR}.partial")
     size = _copy(code_root, files, partial, rename=False)
     if same:
@@ -133,6 +129,12 @@ def ensure(run_dir: Path, project: Survey | None = None, submit_dir: Path | None
     (partial / NOTE_FILE).write_text(json.dumps({**tool, **note}, indent=1) + "\n")
     os.replace(partial, target)  # complete or absent: never a half-copied snapshot
     return target
+
+
+def tool_files(code_root: Path = CODE_ROOT) -> tuple[list[str], dict[str, Any]]:
+    """This tool's files a snapshot copies (launcher/, trainer/; git's list in a checkout) and git's view."""
+    files, git = _git_files(code_root, PACKAGES)
+    return (files if files is not None else _package_files(code_root)), git
 
 
 def _describe(project: Survey, started: float) -> dict[str, Any]:
