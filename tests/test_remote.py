@@ -86,6 +86,8 @@ def test_dry_run_never_connects_and_shows_the_ssh_and_rsync_lines(laptop: Laptop
     ("unknown host", {"login": "nosuchhost.invalid"}, "the host name is unknown"),
     ("missing python", {"python": "python9.99"}, "there is no python9.99 on the cluster side's PATH"),
     ("missing rsync", {"login": "mylab-norsync"}, "rsync is not installed on the cluster side"),
+    # (asked by the submission itself, after the sync: a Python there without site-packages)
+    ("missing modules", {"python": "NO_SITE_PYTHON"}, "on the cluster side cannot import submitit and yaml"),
     ("unwritable remote_dir", {"remote_dir": "/proc/ddp"}, "profile.remote_dir '/proc/ddp' cannot be created"),
 ])
 def test_preflight_faults_are_one_error_line_and_queue_nothing(laptop: Laptop, tmp_path: Path, case: str,
@@ -100,6 +102,11 @@ def test_preflight_faults_are_one_error_line_and_queue_nothing(laptop: Laptop, t
             str(laptop.server.known_hosts), str(tmp_path / "empty_known_hosts")).replace(  # type: ignore[attr-defined]
             "HostName 127.0.0.1", "HostName localhost"))
         env["DDP_SUBMIT_SSH"] = f"ssh -F {config}"
+    if sets.get("python") == "NO_SITE_PYTHON":
+        home = laptop.server.run_remote("pwd").stdout.strip()  # type: ignore[attr-defined]
+        sets = {"python": f"{home}/python-without-site"}
+        laptop.server.run_remote(  # type: ignore[attr-defined]
+            f"printf '#!/bin/sh\\nexec python3 -S \"$@\"\\n' > {sets['python']} && chmod +x {sets['python']}")
     for key, value in sets.items():
         if key != "DDP_SUBMIT_SSH":
             args += ["--set", f"profile.{key}={value}"]
