@@ -33,8 +33,8 @@ from trainer.config.schema import ConfigError
 # Run on the cluster side from the synced code (launcher.commands.cluster_side).
 MISSING = "missing: "
 # The modules are imported first: where they are missing, one marker line (preflight_problem), exit 3.
-_SUBMIT_BOOT = ("import sys\ntry:\n import submitit, yaml\nexcept ImportError:\n print('missing: modules');sys.exit(3)\n"
-                "from launcher.commands.cluster_side import main;sys.exit(main(sys.argv[1:]))")
+_SUBMIT_BOOT = ("import sys\ntry:\n import submitit, yaml\nexcept ImportError:\n print('missing: modules')\n"
+                " sys.exit(3)\nfrom launcher.commands.cluster_side import main;sys.exit(main(sys.argv[1:]))")
 
 
 def interpreter(profile: Profile) -> str:

@@ -28,17 +28,20 @@ def hash_cache_file(root: Path, kind: str = "project") -> Path:
     return base / f"{hashlib.sha256(f'{kind}:{root}'.encode()).hexdigest()[:20]}.json"
 
 
-def project_hash(root: Path, names: list[str], kind: str = "project") -> tuple[str, str]:
+def project_hash(root: Path, names: list[str], kind: str = "project",
+                 known_stamps: dict[str, tuple[int, int, int]] | None = None) -> tuple[str, str]:
     """The content address of `names` and the one before it ("": none), from each file's sha256,
     computed again only for files whose size, mtime or inode changed since the last submission of
     this project. The unchanged case reads one small file: the digest of every name and stamp as
     remembered; when this call's stamps give the same digest, the address is the remembered one, and
-    the cost is one lstat per file (the per-file hashes are read only when something changed)."""
+    the cost is one lstat per file (the per-file hashes are read only when something changed), none
+    where `known_stamps` has them (the snapshot listing's, made moments before by the same submission)."""
     cache_file = hash_cache_file(root, kind)
     head_file = cache_file.with_suffix(".head")
     names = sorted(names)
     base, now = os.path.join(str(root), ""), time.time_ns()
-    stamps = [(i.st_size, i.st_mtime_ns, i.st_ino) for i in (os.lstat(base + name) for name in names)]
+    given = known_stamps or {}
+    stamps = [given.get(name) or _stamp(os.lstat(base + name)) for name in names]
     stamped = hashlib.sha256("\0".join(f"{n}\0{a}\0{b}\0{c}" for n, (a, b, c) in zip(names, stamps))
                              .encode("utf-8", "surrogateescape")).hexdigest()
     try:
@@ -78,6 +81,10 @@ def project_hash(root: Path, names: list[str], kind: str = "project") -> tuple[s
     return address, before
 
 
+def _stamp(info: os.stat_result) -> tuple[int, int, int]:
+    return info.st_size, info.st_mtime_ns, info.st_ino
+
+
 @dataclass
 class Listing:
     """Your project as it will travel: its root here, the snapshot's files and their content address."""
@@ -104,7 +111,7 @@ def project_listing(sub: Any, source: str) -> Listing | None:
     files = sub.project if sub.project is not None else snapshot.survey(
         root, sub.profile.snapshot_exclude, sub.profile.snapshot_max_mb, source,
         skip=[Path(sub.profile.runs_dir).expanduser().resolve()])
-    address, before = project_hash(root, files.files)
+    address, before = project_hash(root, files.files, known_stamps=files.stamps)
     return Listing(root, files.files, address, before)
 
 
