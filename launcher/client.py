@@ -99,7 +99,7 @@ def attach(run: str | Path, profile: str = "local", runs_dir: str | Path | None 
     workdir = Path(cwd or os.getcwd()).resolve()
     handle = Run(workdir, profile, runs_dir=runs_dir)
     folder = workdir / run
-    if (folder / "run.json").is_file():
+    if (folder / "run.json").is_file() or (folder / "remote.json").is_file():  # (remote.json: submitted over SSH)
         handle._run_dir = folder.resolve()
         return handle
     done = handle._cli("list", "-n", "1000000", "--json", *handle._where())
@@ -194,12 +194,15 @@ class Run:
                 time.sleep(poll_s)
             states = self.status()
             result_file = self.run_dir / "result.json"
+            text = result_file.read_text() if result_file.exists() else None
+            if (self.run_dir / "remote.json").is_file() and len(states) == 1:  # over SSH: as `status` read it there
+                text = json.dumps(states[0].get("result")) if states[0].get("result") else None
             if any(s["state"] != "completed" for s in states):
                 bad = next(s for s in states if s["state"] != "completed")
                 rank = f" on rank {bad['failed_rank']}" if bad.get("failed_rank") is not None else ""
                 raise RunFailed(f"{self.run_dir}: task {bad['task']} {bad['state']}{rank}: {bad.get('error') or ''}",
                                 {"tasks": states})
-            return json.loads(result_file.read_text()) if result_file.exists() else {"tasks": states}
+            return json.loads(text) if text else {"tasks": states}
         if code != 0 or payload.get("state") not in ("COMPLETED", None):
             raise RunFailed(f"{payload.get('run_dir')}: {payload.get('state')} on rank {payload.get('failed_rank')}: "
                             f"{payload.get('error')}", payload)

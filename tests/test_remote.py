@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -66,8 +67,18 @@ def laptop(ssh_login: object, tmp_path_factory: pytest.TempPathFactory) -> Lapto
 def test_dry_run_never_connects_and_shows_the_ssh_and_rsync_lines(laptop: Laptop) -> None:
     done = laptop.run("--profile", "mylab.yaml", "--dry-run", DDP_SUBMIT_SSH="/nonexistent/ssh")
     assert done.returncode == 0, done.stderr
-    assert "/nonexistent/ssh -o ControlMaster=auto" in done.stdout and "rsync -rlc" in done.stdout
+    assert "/nonexistent/ssh -o ControlMaster=auto" in done.stdout and "rsync -slc" in done.stdout
     assert "Dry run: nothing was submitted." in done.stdout
+    # --after a run recorded here (submitted over SSH): the dependency on its recorded job id.
+    record = laptop.folder / "runs" / "recorded"
+    record.mkdir(parents=True, exist_ok=True)
+    (record / "remote.json").write_text(json.dumps({"login": "mylab", "job_ids": ["4242"], "remote_dir": "/r",
+                                                    "remote_run_dir": "/r/runs/recorded"}))
+    after = laptop.run("--profile", "mylab.yaml", "--dry-run", "--after", str(record), DDP_SUBMIT_SSH="/nonexistent/ssh")
+    assert after.returncode == 0 and "--dependency=afterok:4242" in after.stdout, after.stdout[-3000:] + after.stderr
+    other = laptop.run("--profile", "dev-cluster", "--dry-run", "--after", str(record))
+    assert other.returncode == 2 and "submitted over SSH to 'mylab'" in other.stderr, other.stderr
+    shutil.rmtree(record)
 
 
 @pytest.mark.parametrize("case, sets, expected", [
@@ -75,6 +86,8 @@ def test_dry_run_never_connects_and_shows_the_ssh_and_rsync_lines(laptop: Laptop
     ("unknown host", {"login": "nosuchhost.invalid"}, "the host name is unknown"),
     ("missing python", {"python": "python9.99"}, "there is no python9.99 on the cluster side's PATH"),
     ("missing rsync", {"login": "mylab-norsync"}, "rsync is not installed on the cluster side"),
+    # (asked by the submission itself, after the sync: a Python there without site-packages)
+    ("missing modules", {"python": "NO_SITE_PYTHON"}, "on the cluster side cannot import submitit and yaml"),
     ("unwritable remote_dir", {"remote_dir": "/proc/ddp"}, "profile.remote_dir '/proc/ddp' cannot be created"),
 ])
 def test_preflight_faults_are_one_error_line_and_queue_nothing(laptop: Laptop, tmp_path: Path, case: str,
@@ -89,6 +102,11 @@ def test_preflight_faults_are_one_error_line_and_queue_nothing(laptop: Laptop, t
             str(laptop.server.known_hosts), str(tmp_path / "empty_known_hosts")).replace(  # type: ignore[attr-defined]
             "HostName 127.0.0.1", "HostName localhost"))
         env["DDP_SUBMIT_SSH"] = f"ssh -F {config}"
+    if sets.get("python") == "NO_SITE_PYTHON":
+        home = laptop.server.run_remote("pwd").stdout.strip()  # type: ignore[attr-defined]
+        sets = {"python": f"{home}/python-without-site"}
+        laptop.server.run_remote(  # type: ignore[attr-defined]
+            f"printf '#!/bin/sh\\nexec python3 -S \"$@\"\\n' > {sets['python']} && chmod +x {sets['python']}")
     for key, value in sets.items():
         if key != "DDP_SUBMIT_SSH":
             args += ["--set", f"profile.{key}={value}"]
@@ -125,6 +143,31 @@ def test_status_logs_and_list_from_the_laptop(laptop: Laptop) -> None:
     assert listed.returncode == 0, listed.stderr
     rows = [json.loads(line) for line in listed.stdout.splitlines()]
     assert [r["run"] for r in rows] == [record.name] and "on mylab" in rows[0]["state"]
+    watched = laptop.run("watch", str(record), "--once")  # relayed too (no terminal here: one frame)
+    assert watched.returncode == 0 and "1 done" in watched.stdout and "(epoch 2/2)" in watched.stdout, watched.stdout
+
+
+def test_the_python_api_with_the_ssh_profile(laptop: Laptop, monkeypatch: pytest.MonkeyPatch) -> None:
+    """launcher.client from the laptop (a notebook's process): attach to the run submitted over SSH,
+    its status, logs and result asked over the connection; a submission the cluster side refuses is
+    SubmitError with its error line, and leaves no local record."""
+    from launcher.client import SubmitError, attach, submit
+
+    code, out, _ = laptop.finished()
+    assert code == 0
+    (record,) = laptop.records()
+    for key, value in laptop.env().items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("SLURM_CONF", raising=False)
+    run = attach(record)
+    assert run.run_dir == record and [s["state"] for s in run.status()] == ["completed"]
+    assert "epoch" in run.logs(rank=0).lower()
+    result = run.result(timeout=60)
+    assert result["test_accuracy"] == json.loads(out.strip().splitlines()[-1])["test_accuracy"], result
+    refused = submit(profile="mylab.yaml", job="digits", sets=["profile.partition=nosuch"], cwd=laptop.folder)
+    with pytest.raises(SubmitError, match="nosuch"):
+        refused.result(timeout=120)
+    assert laptop.records() == [record], "a refused submission leaves no local record"
 
 
 def states(laptop: Laptop, record: Path) -> list[str]:
@@ -264,6 +307,7 @@ def test_the_project_hash_follows_contents_and_the_dry_run_shows_the_project_rsy
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """In-process: remembered per-file hashes (by size, mtime, inode) never hide an edit, and an
     unchanged project keeps its address; --dry-run's lines name the project's rsync."""
+    from launcher.cluster.ssh import Connection
     from launcher.commands import remote, remote_sync
     from launcher.config.profile import Profile
 
@@ -274,8 +318,9 @@ def test_the_project_hash_follows_contents_and_the_dry_run_shows_the_project_rsy
     for name in ("a.py", "b.py"):  # old enough to be remembered (a file written just now is re-read)
         os.utime(tmp_path / "p" / name, (time.time() - 100, time.time() - 100))
     first, before = remote_sync.project_hash(tmp_path / "p", ["a.py", "b.py"])
-    remembered = json.loads(remote_sync.hash_cache_file(tmp_path / "p").read_text())["files"]
-    assert before == "" and all(len(entry) == 4 for entry in remembered.values()), remembered
+    remembered = json.loads(remote_sync.hash_cache_file(tmp_path / "p").read_text())
+    assert before == "" and remembered["names"] == ["a.py", "b.py"], remembered
+    assert all(len(entry) == 4 for entry in remembered["entries"]), remembered
     assert remote_sync.project_hash(tmp_path / "p", ["a.py", "b.py"]) == (first, first)
     (tmp_path / "p" / "a.py").write_text("A = 2\n")  # same size: the mtime (or inode) gives it away
     edited, before = remote_sync.project_hash(tmp_path / "p", ["a.py", "b.py"])
@@ -284,3 +329,9 @@ def test_the_project_hash_follows_contents_and_the_dry_run_shows_the_project_rsy
     assert remote_sync.project_hash(tmp_path / "p", ["a.py", "b.py"])[0] == first, "content, not stat, is the address"
     lines = remote.dry_run_lines(Profile(executor="slurm", login="mylab"), str(tmp_path / "p"))
     assert "--files-from=-" in lines and "projects/<content hash>" in lines, lines
+    # A remote_dir with spaces and a quote: each path one argument, unquoted (rsync -s carries it
+    # through its own protocol; a shell quote would become part of the name).
+    argv = Connection("mylab", control=tmp_path).files_rsync_argv(tmp_path / "p", "/h/my runs/it's/projects/b",
+                                                                  "/h/my runs/it's/projects/a")
+    assert "-slc" in argv and "--copy-dest=/h/my runs/it's/projects/a" in argv, argv
+    assert argv[-1] == "mylab:/h/my runs/it's/projects/b/", argv

@@ -59,34 +59,26 @@ class Connection:
     login: str
     control: Path | None = None
 
-    def argv(self, command: str) -> list[str]:
+    def argv(self, command: str, tty: bool = False) -> list[str]:
         # "--": the destination and command can never be read as ssh options.
-        return [*ssh_argv(self.control), "--", self.login, command]
+        return [*ssh_argv(self.control), *(["-t"] if tty else []), "--", self.login, command]
 
     def run(self, command: str, stdin: str | None = None, capture: bool = True,
             timeout: float | None = None) -> subprocess.CompletedProcess[str]:
         return subprocess.run(self.argv(command), input=stdin, text=True, capture_output=capture,
                               timeout=timeout, check=False)
 
-    def rsync_argv(self, source: Path, dest: str) -> list[str]:
-        """Mirror `source` into the remote folder `dest` (absolute), comparing contents (-c) so that
-        a fresh local copy of unchanged files transfers nothing; --stats says how many moved."""
-        rsh = shlex.join(ssh_argv(self.control))
-        return ["rsync", "-rlc", "--delete", "--stats", "--exclude=SNAPSHOT.json", "-e", rsh,
-                f"{source}/", f"{self.login}:{shlex.quote(dest)}/"]
-
-    def rsync(self, source: Path, dest: str) -> int:
-        """Returns how many files were transferred."""
-        return self._transfer(self.rsync_argv(source, dest), dest)
-
     def files_rsync_argv(self, source: Path, dest: str, copy_dest: str = "") -> list[str]:
         """Copy the files named on standard input (NUL-separated, relative to `source`) into the remote
-        folder `dest`, comparing contents; `copy_dest`: a folder there whose identical files are
-        copied there instead of sent (an earlier version of the same project)."""
+        folder `dest` (absolute), comparing contents (-c); `copy_dest`: a folder there whose identical
+        files are copied there instead of sent (an earlier version of the same project); --stats says
+        how many moved. -s (--protect-args): paths and options go to the remote rsync through its own
+        protocol, never through the remote shell, so a folder with spaces (or quotes) arrives as it is
+        on every rsync since 3.0 (the path is not quoted here: with -s a quote would be part of it)."""
         rsh = shlex.join(ssh_argv(self.control))
-        return ["rsync", "-lc", "--stats", "--from0", "--files-from=-",
+        return ["rsync", "-slc", "--stats", "--from0", "--files-from=-",
                 *([f"--copy-dest={copy_dest}"] if copy_dest else []), "-e", rsh, f"{source}/",
-                f"{self.login}:{shlex.quote(dest)}/"]
+                f"{self.login}:{dest}/"]
 
     def rsync_files(self, source: Path, names: list[str], dest: str, copy_dest: str = "") -> int:
         """`names` of `source` into `dest`; how many files were transferred."""

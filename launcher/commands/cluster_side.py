@@ -52,7 +52,8 @@ def main(argv: list[str]) -> int:
                 shutil.rmtree(target)
             partial = target.with_name(f".{snapshot.SNAPSHOT_DIR}.partial")
             shutil.rmtree(partial, ignore_errors=True)
-            shutil.copytree(code_root, partial, symlinks=True)
+            # (Not the caches the cluster side's Python writes there, as a login node's snapshot leaves them.)
+            shutil.copytree(code_root, partial, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
             (partial / snapshot.NOTE_FILE).write_text(json.dumps(note, indent=1) + "\n")
             partial.replace(target)
         return target

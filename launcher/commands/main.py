@@ -68,8 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     os.umask(0o077)
     try:
         # A run recorded by a submission over SSH is operated on the cluster side (launcher.commands.remote).
-        if (argv[:1] and argv[0] in ("status", "logs", "cancel") or "--resume" in argv) and (
-                (code := load("remote:relayed")(argv)) is not None):
+        if (argv[:1] and argv[0] in ("status", "logs", "cancel", "watch") or "--resume" in argv) and (
+                (code := load("remote_runs:relayed")(argv)) is not None):
             return code
         if argv and argv[0] in COMMANDS:
             return load(COMMANDS[argv[0]])(argv[1:])

@@ -71,7 +71,7 @@ def plan_submission(profile: Profile, points: list[Point], run_dir: Path, is_swe
     `submit_dir`: the ranks' working directory (a new run: here; --resume: the run's own)."""
     if after and profile.executor != "slurm":
         raise ConfigError(f"--after {after}: dependencies need a slurm profile, not '{profile.executor}'")
-    after_ids = _job_ids_of(Path(after)) if after else []
+    after_ids = _job_ids_of(Path(after), profile.login) if after else []
     checks.check_writable_folder(run_dir.parent, "profile.runs_dir", "the run folder")
     for point in points:
         checks.check_local(profile, point.job, source, point.source)
@@ -122,7 +122,18 @@ def preview(args: argparse.Namespace, argv: list[str]) -> int:
     return dry_run(plan, args.json, array_chunk(plan, dry_run=True))
 
 
-def _job_ids_of(run_dir: Path) -> list[str]:
+def _job_ids_of(run_dir: Path, login: str = "") -> list[str]:
+    from launcher.commands.remote_runs import RECORD, read_record
+
+    if (remote := read_record(run_dir) if (run_dir / RECORD).is_file() else None) is not None:
+        # Submitted over SSH: its ids as recorded here (the cluster side depends on its own run folder).
+        if remote.get("login") != login:
+            raise ConfigError(f"--after {run_dir}: that run was submitted over SSH to {remote.get('login')!r}; a run "
+                              f"can depend on it only through the same login (a profile with login: "
+                              f"{remote.get('login')})")
+        if not (ids := [str(i) for i in remote.get("job_ids") or []]):
+            raise ConfigError(f"--after {run_dir}: that run has no SLURM job id to depend on")
+        return jobids.distinct_bases(ids)
     if not (run_dir / layout.RUN_FILE).is_file():
         raise ConfigError(f"--after {run_dir}: not a run folder (no readable {layout.RUN_FILE})")
     info = record.load_run(run_dir)

@@ -1,7 +1,8 @@
-"""What travels to the cluster side over SSH, by content (docs/remote.md): the content address of the
-tool's code snapshot and of your own project's files (remembered per file by size, mtime and inode,
-as git's index does, so an unchanged project costs stat calls, not reads), and the project's rsync into
-REMOTE_DIR/projects/<address>, the folder that stands in for your checkout there."""
+"""What travels to the cluster side over SSH, by content (docs/remote.md): the content address of
+the tool's code and of your own project's files (remembered per file by size, mtime and inode, as
+git's index does, so an unchanged project costs stat calls, not reads), and their rsync, from where
+they are, into REMOTE_DIR/code/<address> and REMOTE_DIR/projects/<address> (the folder that stands
+in for your checkout there)."""
 
 from __future__ import annotations
 
@@ -16,66 +17,72 @@ from typing import Any
 
 from launcher.cluster.ssh import Connection
 from trainer.config import project
-
-
-def code_hash(code: Path) -> str:
-    """The snapshot's content address: its files' names and bytes (not its SNAPSHOT.json timing)."""
-    return files_hash(code, [str(p.relative_to(code)) for p in code.rglob("*")
-                             if p.is_file() and p.name != "SNAPSHOT.json"])
-
-
-def files_hash(root: Path, names: list[str]) -> str:
-    """The content address of `names` (relative to `root`): their names and bytes (a symbolic link: its target)."""
-    digest = hashlib.sha256()
-    for name in sorted(names):
-        path = root / name
-        body = os.readlink(path).encode() if path.is_symlink() else path.read_bytes()
-        digest.update(name.encode("utf-8", "surrogateescape") + b"\0" + body + b"\0")
-    return digest.hexdigest()[:20]
-
+from trainer.config.lookup import CODE_ROOT
 
 RACY_S = 2.0
 
 
-def hash_cache_file(root: Path) -> Path:
+def hash_cache_file(root: Path, kind: str = "project") -> Path:
     """Where the content hashes of `root`'s files are remembered (by size, mtime and inode, as git's index does)."""
     base = Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser() / "ddp-submit" / "project-hashes"
-    return base / f"{hashlib.sha256(str(root).encode()).hexdigest()[:20]}.json"
+    return base / f"{hashlib.sha256(f'{kind}:{root}'.encode()).hexdigest()[:20]}.json"
 
 
-def project_hash(root: Path, names: list[str]) -> tuple[str, str]:
+def project_hash(root: Path, names: list[str], kind: str = "project",
+                 known_stamps: dict[str, tuple[int, int, int]] | None = None) -> tuple[str, str]:
     """The content address of `names` and the one before it ("": none), from each file's sha256,
     computed again only for files whose size, mtime or inode changed since the last submission of
-    this project (an unchanged 20,000-file project is 20,000 stat calls, not 40 MB read)."""
-    cache_file = hash_cache_file(root)
+    this project. The unchanged case reads one small file: the digest of every name and stamp as
+    remembered; when this call's stamps give the same digest, the address is the remembered one, and
+    the cost is one lstat per file (the per-file hashes are read only when something changed), none
+    where `known_stamps` has them (the snapshot listing's, made moments before by the same submission)."""
+    cache_file = hash_cache_file(root, kind)
+    head_file = cache_file.with_suffix(".head")
+    names = sorted(names)
+    base, now = os.path.join(str(root), ""), time.time_ns()
+    given = known_stamps or {}
+    stamps = [given.get(name) or _stamp(os.lstat(base + name)) for name in names]
+    stamped = hashlib.sha256("\0".join(f"{n}\0{a}\0{b}\0{c}" for n, (a, b, c) in zip(names, stamps))
+                             .encode("utf-8", "surrogateescape")).hexdigest()
+    try:
+        head = json.loads(head_file.read_text())
+        if head["stamps"] == stamped:
+            return str(head["address"]), str(head["address"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
     try:
         cache = json.loads(cache_file.read_text())
-        known, before = cache["files"], str(cache["address"])
+        known, before = dict(zip(cache["names"], cache["entries"])), str(cache["address"])
     except (OSError, ValueError, KeyError, TypeError):
         known, before = {}, ""
-    files, digest, now = {}, hashlib.sha256(), time.time_ns()
-    for name in sorted(names):
-        path = root / name
-        info = os.lstat(path)
-        stamp = [info.st_size, info.st_mtime_ns, info.st_ino]
+    # A file modified within RACY_S of now may change again within the clock's granularity, keeping
+    # its stamp (git's "racy" entries): its hash is used, not remembered (the next call reads it again).
+    old = now - int(RACY_S * 1e9)
+    entries, digest = [], hashlib.sha256()
+    for name, stamp in zip(names, stamps):
         entry = known.get(name)
-        if not (isinstance(entry, list) and len(entry) == 4 and entry[:3] == stamp):
-            body = os.readlink(path).encode() if path.is_symlink() else path.read_bytes()
+        if not (isinstance(entry, list) and len(entry) == 4 and tuple(entry[:3]) == stamp):
+            path = base + name
+            body = os.readlink(path).encode() if os.path.islink(path) else Path(path).read_bytes()
             entry = [*stamp, hashlib.sha256(body).hexdigest()]
-        # A file modified within RACY_S of now may change again within the clock's granularity,
-        # keeping its stamp (git's "racy" entries): its hash is not remembered, only used.
-        files[name] = entry if now - info.st_mtime_ns > RACY_S * 1e9 else entry[:3]
+        entries.append(entry if stamp[1] < old else entry[:3])
         digest.update(name.encode("utf-8", "surrogateescape") + b"\0" + entry[3].encode() + b"\0")
     address = digest.hexdigest()[:20]
-    if address != before or files != known:
-        try:
-            cache_file.parent.mkdir(parents=True, exist_ok=True)
-            partial = cache_file.with_suffix(f".{os.getpid()}.partial")
-            partial.write_text(json.dumps({"root": str(root), "address": address, "files": files}))
-            os.replace(partial, cache_file)
-        except OSError:
-            pass  # a cache only: the next submission hashes again
+    racy = any(len(entry) < 4 for entry in entries)
+    try:
+        cache_file.parent.mkdir(parents=True, exist_ok=True)
+        for path, body in ((cache_file, {"root": str(root), "address": address, "names": names, "entries": entries}),
+                           (head_file, {"address": address, "stamps": "" if racy else stamped})):
+            partial = path.with_suffix(f".{os.getpid()}.partial")
+            partial.write_text(json.dumps(body))
+            os.replace(partial, path)
+    except OSError:
+        pass  # a cache only: the next submission hashes again
     return address, before
+
+
+def _stamp(info: os.stat_result) -> tuple[int, int, int]:
+    return info.st_size, info.st_mtime_ns, info.st_ino
 
 
 @dataclass
@@ -87,9 +94,9 @@ class Listing:
     address: str
     before: str  # the address of this project's previous submission ("": none)
 
-    def folders(self) -> tuple[str, ...]:
+    def folders(self, kind: str = "projects") -> tuple[str, ...]:
         """The folders under remote_dir the preflight asks about: this version's and the previous one's."""
-        return tuple(f"projects/{a}" for a in dict.fromkeys((self.address, self.before)) if a)
+        return tuple(f"{kind}/{a}" for a in dict.fromkeys((self.address, self.before)) if a)
 
 
 def project_listing(sub: Any, source: str) -> Listing | None:
@@ -104,26 +111,42 @@ def project_listing(sub: Any, source: str) -> Listing | None:
     files = sub.project if sub.project is not None else snapshot.survey(
         root, sub.profile.snapshot_exclude, sub.profile.snapshot_max_mb, source,
         skip=[Path(sub.profile.runs_dir).expanduser().resolve()])
-    address, before = project_hash(root, files.files)
+    address, before = project_hash(root, files.files, known_stamps=files.stamps)
     return Listing(root, files.files, address, before)
+
+
+def tool_listing() -> tuple[Listing, dict[str, Any]]:
+    """This tool's code as it will travel (the files a run's RUN/code copies, from where they are:
+    no local copy is made) and the snapshot note the cluster side writes for it (git's view)."""
+    from launcher.rundir import snapshot
+
+    files, git = snapshot.tool_files(CODE_ROOT)
+    address, _ = project_hash(CODE_ROOT, files, kind="code")
+    return Listing(CODE_ROOT, files, address, ""), {"from": str(CODE_ROOT), "files": len(files), **git}
+
+
+def sync_listing(conn: Connection, listing: Listing, found: set[str], remote_root: str, kind: str) -> tuple[str, int]:
+    """`listing` to REMOTE_DIR/<kind>/<content hash> (where it is, and how many files were sent). A
+    folder there is complete or absent (rsynced into a partial one, then renamed), so one `found` by
+    the preflight is whole and nothing is sent; a changed project is rsynced with the previous
+    version's folder as --copy-dest (only the changed files travel)."""
+    where = f"{remote_root}/{kind}/{listing.address}"
+    if f"{kind}/{listing.address}" in found:
+        return where, 0
+    previous = f"{remote_root}/{kind}/{listing.before}" if f"{kind}/{listing.before}" in found else ""
+    partial = f"{remote_root}/{kind}/.{listing.address}.{os.getpid()}.partial"
+    sent = conn.rsync_files(listing.root, listing.files, partial, previous)
+    # Another submitter may have completed the same folder meanwhile: theirs is as good.
+    conn.run(f"mv -T {shlex.quote(partial)} {shlex.quote(where)} 2>/dev/null || rm -rf {shlex.quote(partial)}",
+             timeout=120)
+    return where, sent
 
 
 def sync_project(conn: Connection, listing: Listing, found: set[str], remote_root: str,
                  submit_dir: Path) -> dict[str, Any]:
-    """The project to REMOTE_DIR/projects/<content hash>, sent from where it is. A folder there is
-    complete or absent (rsynced into a partial one, then renamed), so an unchanged project (`found`
-    by the preflight) transfers no file; a changed one is rsynced with the previous version's folder
-    as --copy-dest (only the changed files travel). On the cluster side that folder stands in for
-    your checkout (docs/remote.md)."""
-    where = f"{remote_root}/projects/{listing.address}"
-    previous = f"{remote_root}/projects/{listing.before}" if f"projects/{listing.before}" in found else ""
-    sent = 0
-    if f"projects/{listing.address}" not in found:
-        partial = f"{remote_root}/projects/.{listing.address}.{os.getpid()}.partial"
-        sent = conn.rsync_files(listing.root, listing.files, partial, previous)
-        # Another submitter may have completed the same folder meanwhile: theirs is as good.
-        conn.run(f"mv -T {shlex.quote(partial)} {shlex.quote(where)} 2>/dev/null || rm -rf {shlex.quote(partial)}",
-                 timeout=120)
+    """The project to REMOTE_DIR/projects/<content hash>, sent from where it is (sync_listing). On
+    the cluster side that folder stands in for your checkout (docs/remote.md)."""
+    where, sent = sync_listing(conn, listing, found, remote_root, "projects")
     here, root = submit_dir.resolve(), listing.root
     rel = here.relative_to(root) if project.inside(here, root) else None
     return {"root": str(root), "dir": where, "hash": listing.address, "files": len(listing.files), "sent": sent,

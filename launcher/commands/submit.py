@@ -13,10 +13,8 @@ import argparse
 from typing import Any
 
 from launcher.cluster import jobids
-from launcher.commands import waiting
 from launcher.commands.console import EXIT_OK, emit, relative
 from launcher.commands.plan import Plan, array_chunk, dry_run, new_run
-from launcher.request import send
 from launcher.rundir import layout
 
 
@@ -24,6 +22,8 @@ class NewRun(Plan):
     """A new run's plan: after sending, wait for it (a waiting profile) or say where it went."""
 
     def report(self, jobs: list[Any], as_json: bool) -> int:
+        from launcher.commands import waiting
+
         sub = self.sub
         if sub.profile.waits:
             if sub.is_array:
@@ -41,6 +41,10 @@ class NewRun(Plan):
 
 
 def execute(plan: Plan, args: argparse.Namespace) -> int:
+    # Here, not at the top: a submission over SSH (remote.submit) sends and waits on the cluster
+    # side, and these imports (submitit among them) cost it 0.2 s on the laptop.
+    from launcher.request import send
+
     chunk = array_chunk(plan, args.dry_run)
     if args.dry_run:
         return dry_run(plan, args.json, chunk)

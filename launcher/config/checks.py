@@ -25,11 +25,16 @@ def check_local(profile: Profile, job: JobConfig, source: str, job_source: str =
                           f"has no NVIDIA GPU (no driver found), so the {profile.executor} executor allows only 0")
     if profile.executor == "local" and profile.python:
         check_python(profile.python, source)
-    check_data(profile, job)
+    # Over SSH (`login:`) the data and the Python that imports the entrypoint are the cluster side's:
+    # its copy of this check asks them there (docs/remote.md); here they would be the wrong ones, and
+    # the import of a user's module (torch with it) would cost the laptop a second or more for nothing.
+    there = bool(profile.login)
+    if not there:
+        check_data(profile, job)
     check_trackers(profile, job, source, job_source)
     if (job.entrypoint or job.script) and not job.project_root:  # given by --set, not by the job file
         job.project_root = str(project.root_for(None, Path.cwd()))
-    if job.entrypoint:
+    if job.entrypoint and not there:
         check_entrypoint(job, job_source)
     if job.script:
         # Made absolute here, once: the tasks may start in another directory (a SLURM node's).

@@ -56,6 +56,9 @@ class Survey:
     bytes: int
     git: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
+    # Each file's (size, mtime_ns, inode) as the listing found them: a submission over SSH hashes by
+    # them (launcher.commands.remote_sync) without a second lstat per file.
+    stamps: dict[str, tuple[int, int, int]] = field(default_factory=dict)
 
 
 def snapshot_dir(run_dir: Path) -> Path:
@@ -81,15 +84,17 @@ def survey(root: Path, excludes: list[str], max_mb: float, source: str, skip: li
         fnmatch.fnmatch(f, g) or fnmatch.fnmatch(os.path.basename(f), g) for g in excludes)
     files, git = _git_files(root, ())
     sizes: dict[str, int] = {}
+    stamps: dict[str, tuple[int, int, int]] = {}
     total = 0
     for name in (files if files is not None else _walk(root)):
         if not wanted(name):
             continue
         try:
-            size = os.lstat(root / name).st_size
+            info = os.lstat(root / name)
         except OSError:  # listed by git, gone since (a deleted file not yet staged)
             continue
-        sizes[name], total = size, total + size
+        sizes[name], total = info.st_size, total + info.st_size
+        stamps[name] = (info.st_size, info.st_mtime_ns, info.st_ino)
         if total > cap and files is None:
             break  # a walk of a large folder (a home directory) stops at the cap, not at its end
     if total > cap:
@@ -101,7 +106,7 @@ def survey(root: Path, excludes: list[str], max_mb: float, source: str, skip: li
                           + ", ".join(f"{n} ({sizes[n] / 2**20:.1f} MB)" for n in largest)
                           + "; leave them out with the profile key snapshot_exclude (globs, e.g. ['data/*', "
                           "'*.ckpt']) or .gitignore, or raise snapshot_max_mb")
-    return Survey(root, list(sizes), total, git, time.perf_counter() - start)
+    return Survey(root, list(sizes), total, git, time.perf_counter() - start, stamps)
 
 
 def ensure(run_dir: Path, project: Survey | None = None, submit_dir: Path | None = None,
@@ -117,11 +122,7 @@ def ensure(run_dir: Path, project: Survey | None = None, submit_dir: Path | None
         started = time.perf_counter()
         _copy(project.root, project.files, run_dir / PROJECT_DIR)
         note["project"] = _describe(project, started)
-    if same:
-        files, git = project.files, project.git
-    else:
-        files, git = _git_files(code_root, PACKAGES)
-        files = files if files is not None else _package_files(code_root)
+    files, git = (project.files, project.git) if same else tool_files(code_root)
     partial = target.with_name(f".{SNAPSHOT_DIR}.partial")
     size = _copy(code_root, files, partial, rename=False)
     if same:
@@ -133,6 +134,12 @@ def ensure(run_dir: Path, project: Survey | None = None, submit_dir: Path | None
     (partial / NOTE_FILE).write_text(json.dumps({**tool, **note}, indent=1) + "\n")
     os.replace(partial, target)  # complete or absent: never a half-copied snapshot
     return target
+
+
+def tool_files(code_root: Path = CODE_ROOT) -> tuple[list[str], dict[str, Any]]:
+    """This tool's files a snapshot copies (launcher/, trainer/; git's list in a checkout) and git's view."""
+    files, git = _git_files(code_root, PACKAGES)
+    return (files if files is not None else _package_files(code_root)), git
 
 
 def _describe(project: Survey, started: float) -> dict[str, Any]:

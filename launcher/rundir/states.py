@@ -67,7 +67,7 @@ class TaskState:
                 "failed_rank": self.failed_rank, "overrides": self.overrides, "task_dir": str(self.task_dir),
                 "attempts": len(self.job_history), "start": self.start if self.state != "pending" else None,
                 "end": self.end, "reason": self.reason or None,
-                "expected_start": self.expected_start}
+                "expected_start": self.expected_start, "result": self.result}
 
 
 def _round(value: float | None) -> float | None:
