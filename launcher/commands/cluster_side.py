@@ -25,7 +25,7 @@ def main(argv: list[str]) -> int:
     import yaml
 
     from launcher.commands.main import main as tool
-    from launcher.rundir import layout, snapshot
+    from launcher.rundir import layout, links, snapshot
 
     spec_file = Path(argv[0]).resolve()
     spec = json.loads(spec_file.read_text())
@@ -49,10 +49,13 @@ def main(argv: list[str]) -> int:
                 note["project"] = {**(snapshot.read_note(run_dir) or {}).get("project", {}),
                                    "laptop_root": shipped.get("laptop_root"),
                                    "laptop_submit_dir": shipped.get("laptop_submit_dir")}
+                manifest = (target / links.MANIFEST.format("project")).read_bytes()  # the next run links to it
                 shutil.rmtree(target)
             partial = target.with_name(f".{snapshot.SNAPSHOT_DIR}.partial")
             shutil.rmtree(partial, ignore_errors=True)
             shutil.copytree(code_root, partial, symlinks=True)
+            if project is not None:
+                (partial / links.MANIFEST.format("project")).write_bytes(manifest)
             (partial / snapshot.NOTE_FILE).write_text(json.dumps(note, indent=1) + "\n")
             partial.replace(target)
         return target
