@@ -44,17 +44,19 @@ def main(argv: list[str]) -> int:
         target = snapshot.snapshot_dir(run_dir)
         if not (target / snapshot.NOTE_FILE).is_file():
             note = {**spec["note"], "synced_to": str(code_root)}
+            manifest: bytes | None = None
             if project is not None:
                 ensure(run_dir, project, submit_dir, code_root)  # RUN/project, and its part of the note
                 note["project"] = {**(snapshot.read_note(run_dir) or {}).get("project", {}),
                                    "laptop_root": shipped.get("laptop_root"),
                                    "laptop_submit_dir": shipped.get("laptop_submit_dir")}
-                manifest = (target / links.MANIFEST.format("project")).read_bytes()  # the next run links to it
+                kept = target / links.MANIFEST.format("project")  # what the next run may link to
+                manifest = kept.read_bytes() if kept.is_file() else None
                 shutil.rmtree(target)
             partial = target.with_name(f".{snapshot.SNAPSHOT_DIR}.partial")
             shutil.rmtree(partial, ignore_errors=True)
             shutil.copytree(code_root, partial, symlinks=True)
-            if project is not None:
+            if project is not None and manifest is not None:
                 (partial / links.MANIFEST.format("project")).write_bytes(manifest)
             (partial / snapshot.NOTE_FILE).write_text(json.dumps(note, indent=1) + "\n")
             partial.replace(target)
