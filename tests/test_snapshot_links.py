@@ -53,10 +53,10 @@ def same_file(a: Path, b: Path) -> bool:
 
 def test_an_edit_after_a_run_reaches_the_next_run_only_and_the_rest_is_linked_read_only(
         repo: Path, tmp_path: Path) -> None:
-    first = take(repo, tmp_path / "runs", "one")
+    first = take(repo, tmp_path / "runs", "r1")
     assert note(first)["linked"] == 0
     (repo / "pkg" / "m0.py").write_text("X = 'new, and longer'\n")
-    second = take(repo, tmp_path / "runs", "two")
+    second = take(repo, tmp_path / "runs", "r2")
     assert (first / "pkg" / "m0.py").read_text() == OLD  # run 1 keeps what it was submitted with
     assert (second / "pkg" / "m0.py").read_text() == "X = 'new, and longer'\n"
     assert not same_file(first / "pkg" / "m0.py", second / "pkg" / "m0.py")
@@ -64,18 +64,19 @@ def test_an_edit_after_a_run_reaches_the_next_run_only_and_the_rest_is_linked_re
     assert note(second)["linked"] == note(second)["files"] - 1 == 6  # m1..m5 and .gitignore
     assert not os.lstat(second / "pkg" / "m1.py").st_mode & 0o222  # nothing may write it in place
     assert not os.lstat(second / "pkg" / "m0.py").st_mode & 0o222
-    # The tool's own packages are linked too; a run deleted since costs a copy, not an error.
+    # The tool's own packages are linked too; with run 2 deleted since, run 3 links to run 1's copies.
     assert json.loads((second.parent / "code" / "SNAPSHOT.json").read_text())["linked"] > 0
-    shutil.rmtree(tmp_path / "runs" / "two")
-    third = take(repo, tmp_path / "runs", "three")
-    assert note(third)["linked"] == 0 and (third / "pkg" / "m0.py").read_text() == "X = 'new, and longer'\n"
+    shutil.rmtree(tmp_path / "runs" / "r2")
+    third = take(repo, tmp_path / "runs", "r3")
+    assert (third / "pkg" / "m0.py").read_text() == "X = 'new, and longer'\n" and note(third)["linked"] == 6
+    assert same_file(first / "pkg" / "m1.py", third / "pkg" / "m1.py")
 
 
 def test_an_edit_in_the_same_second_or_keeping_the_mtime_is_not_missed(repo: Path, tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     (repo / "pkg" / "m2.py").write_text("X = 'fresh'\n")  # just before the snapshot: inside the racy window
-    first = take(repo, runs, "one")
-    second = take(repo, runs, "two")  # m2 is unchanged, but too recent to trust its stat: copied again
+    first = take(repo, runs, "r1")
+    second = take(repo, runs, "r2")  # m2 is unchanged, but too recent to trust its stat: copied again
     assert not same_file(first / "pkg" / "m2.py", second / "pkg" / "m2.py")
     assert same_file(first / "pkg" / "m3.py", second / "pkg" / "m3.py")
     # Same size, mtime put back (a file system that keeps whole seconds): run 3 has the edit.
@@ -86,7 +87,7 @@ def test_an_edit_in_the_same_second_or_keeping_the_mtime_is_not_missed(repo: Pat
     mtime = os.lstat(repo / "pkg" / "m4.py").st_mtime_ns
     (repo / "pkg" / "m4.py").write_text("X = 'a longer edit'\n")
     os.utime(repo / "pkg" / "m4.py", ns=(mtime, mtime))
-    third = take(repo, runs, "three")
+    third = take(repo, runs, "r3")
     assert (third / "pkg" / "m3.py").read_text() == "X = 'new'\n" and (second / "pkg" / "m3.py").read_text() == OLD
     assert (third / "pkg" / "m4.py").read_text() == "X = 'a longer edit'\n"
     assert (second / "pkg" / "m4.py").read_text() == OLD
@@ -94,20 +95,20 @@ def test_an_edit_in_the_same_second_or_keeping_the_mtime_is_not_missed(repo: Pat
 
 def test_a_previous_copy_written_to_or_on_another_file_system_is_copied_afresh(repo: Path, tmp_path: Path) -> None:
     runs = tmp_path / "runs"
-    first = take(repo, runs, "one")
+    first = take(repo, runs, "r1")
     # Written in place anyway (root ignores the read-only mode): the next run must not share it.
     victim = first / "pkg" / "m5.py"
     os.chmod(victim, stat.S_IRUSR | stat.S_IWUSR)
     with open(victim, "a") as f:
         f.write("CORRUPTED = True\n")
-    second = take(repo, runs, "two")
+    second = take(repo, runs, "r2")
     assert (second / "pkg" / "m5.py").read_text() == OLD and not same_file(victim, second / "pkg" / "m5.py")
     assert same_file(first / "pkg" / "m1.py", second / "pkg" / "m1.py")
-    # The index naming a snapshot on another file system (no hard links there): everything copied.
-    elsewhere = Path(shutil.copytree(runs / "two", Path("/dev/shm") / f"links-{os.getpid()}" / "two"))
+    # The newest snapshot on another file system (no hard links from there): everything copied.
+    elsewhere = Path(shutil.copytree(runs / "r2", Path("/dev/shm") / f"links-{os.getpid()}" / "r2"))
     try:
-        (runs / links.INDEX).write_text(json.dumps({str(repo.resolve()): str(elsewhere)}))
-        third = take(repo, runs, "three")
+        (runs / "r9").symlink_to(elsewhere)
+        third = take(repo, runs, "r3")
         assert note(third)["linked"] == 0 and (third / "pkg" / "m5.py").read_text() == OLD
     finally:
         shutil.rmtree(elsewhere.parent)

@@ -4,16 +4,16 @@ A hard link to your own file would share it with your editor; a link to the prev
 shares it only with other snapshots, which nothing writes in place: the tasks run in the directory
 you submitted from, Python adds only new files (`__pycache__/`), and the copies are made read-only
 (`a-w`; a writer gets an error rather than changing older runs). So at a submission, a file whose
-source is unchanged since the newest snapshot of the same folder in the same runs_dir (`INDEX`) is
-linked from that snapshot; every other file is copied, as is everything when the link fails (another
+source is unchanged since the newest snapshot of the same folder in the same runs folder is linked
+from that snapshot; every other file is copied, as is everything when the link fails (another
 file system, the previous run deleted).
 
 "Unchanged" is git's rule for its index: the source's size, mtime, ctime and inode are those
 recorded when it was copied (`MANIFEST`, per file), and its mtime and ctime are older than that copy
 by more than `RACY_S`, so an edit in the same clock tick as the copy (on a file system that keeps
 whole seconds, or two) is never taken for the copied content. The previous copy must still have the
-size, mtime and inode recorded when it was made (checked on the new link as the manifest is written): a copy written to anyway
-(as root, or after a chmod) is copied afresh, not spread to the new run.
+size, mtime and inode recorded when it was made (checked on the new link as the manifest is written):
+a copy written to anyway (as root, or after a chmod) is copied afresh, not spread to the new run.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ import stat
 from pathlib import Path
 from typing import Any
 
-INDEX = ".snapshots.json"  # in the runs folder: {source folder: the newest run folder with its copy}
+NOTE = "SNAPSHOT.json"  # snapshot.NOTE_FILE: names the folder a snapshot was taken of
+LOOK = 50  # run folders looked at, newest first, for a snapshot of the same folder
 MANIFEST = "SNAPSHOT.{}-files.json"  # in RUN/code, per tree ("code", "project"): {"at": ..., "files": {name: [...]}}
 RACY_S = 2.0
 # Per file: the source's size, mtime_ns, ctime_ns, inode at copy time, then the copy's size, mtime_ns, inode.
@@ -41,18 +42,27 @@ def copy_stat(st: os.stat_result) -> Entry:
 
 
 def previous(run_dir: Path, root: Path, tree: str) -> tuple[Path, dict[str, Entry]] | None:
-    """The newest other snapshot of `root` beside `run_dir` and the files it may lend (unchanged, not racy)."""
+    """The newest other snapshot of `root` beside `run_dir` and the files it may lend (unchanged, not racy).
+    Run folders' names begin with their time, so the newest come first by name; no shared index to keep."""
+    runs = run_dir.parent
     try:
-        index = json.loads((run_dir.parent / INDEX).read_text())
-        prev = Path(index[str(root)])
-        manifest = json.loads((prev / "code" / MANIFEST.format(tree)).read_text())
-    except (OSError, ValueError, KeyError, TypeError):
+        names = sorted((n for n in os.listdir(runs) if n != run_dir.name and not n.startswith(".")), reverse=True)
+    except OSError:
         return None
-    if prev == run_dir:
-        return None
-    horizon = int((manifest["at"] - RACY_S) * 1e9)
-    folder = prev / ("code" if tree == "code" else "project")
-    return folder, {name: e for name, e in manifest["files"].items() if max(e[1], e[2]) < horizon}
+    for name in names[:LOOK]:
+        prev = runs / name
+        try:
+            note = json.loads((prev / "code" / NOTE).read_text())
+            taken_of = note.get("from") if tree == "code" else note.get("project", {}).get("root")
+            if not taken_of or Path(taken_of).resolve() != root:
+                continue
+            manifest = json.loads((prev / "code" / MANIFEST.format(tree)).read_text())
+        except (OSError, ValueError, AttributeError):
+            continue
+        horizon = int((manifest["at"] - RACY_S) * 1e9)
+        folder = prev / ("code" if tree == "code" else "project")
+        return folder, {n: e for n, e in manifest["files"].items() if max(e[1], e[2]) < horizon}
+    return None
 
 
 def plan(root: Path, files: list[str], stats: dict[str, Entry], lender: tuple[Path, dict[str, Entry]] | None
@@ -116,21 +126,3 @@ def record(entries: dict[str, Any], tree: str, stats: dict[str, Entry], at: floa
             files[name] = stats[name] + st
     entries[tree] = {"at": at, "files": files}
     return size, stale
-
-
-def remember(run_dir: Path, roots: list[Path]) -> None:
-    """Name `run_dir` as the newest snapshot of `roots` in its runs folder (replaced whole: never half written)."""
-    index_file = run_dir.parent / INDEX
-    try:
-        index = json.loads(index_file.read_text())
-    except (OSError, ValueError):
-        index = {}
-    if not isinstance(index, dict):
-        index = {}
-    index.update({str(r): str(run_dir) for r in roots})
-    partial = index_file.with_name(f"{INDEX}.{os.getpid()}")
-    try:
-        partial.write_text(json.dumps(index, indent=1) + "\n")
-        os.replace(partial, index_file)
-    except OSError:  # a runs folder we cannot write beside: the next snapshot copies everything
-        partial.unlink(missing_ok=True)

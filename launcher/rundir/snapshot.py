@@ -139,7 +139,7 @@ def ensure(run_dir: Path, project: Survey | None = None, submit_dir: Path | None
     size, linked = _copy(code_root, files, partial, "code", manifest, project if same else None, rename=False)
     if same:
         note["project"] = {**_describe(project, start), "in": str(target)}
-    tool = {"from": str(code_root), "files": len(files), "bytes": size, "linked": linked,
+    tool = {"from": str(code_root.resolve()), "files": len(files), "bytes": size, "linked": linked,
             "seconds": round(time.perf_counter() - start, 4), **git}
     if project is not None:
         note["project"].update(root=str(project.root), submit_dir=str(submit_dir or Path.cwd()))
@@ -147,7 +147,6 @@ def ensure(run_dir: Path, project: Survey | None = None, submit_dir: Path | None
     for tree, files_of in manifest.items():
         (partial / links.MANIFEST.format(tree)).write_text(json.dumps(files_of, separators=(",", ":")))
     os.replace(partial, target)  # complete or absent: never a half-copied snapshot
-    links.remember(run_dir, [code_root.resolve()] + ([project.root.resolve()] if project and not same else []))
     return target
 
 
