@@ -151,6 +151,26 @@ def test_entrypoint_and_script_on_two_local_ranks_import_the_snapshot_and_read_t
     assert result["module"] == str(run_dir / "project" / "src" / "mypkg" / "__init__.py")
 
 
+def test_resume_from_another_folder_runs_the_snapshot_where_the_run_was_submitted(flat: Path) -> None:
+    # Submitted from the root, failing (its data folder is missing), then edited, then resumed from sub/
+    # (which has a data/ of its own): the resume runs the submitted code, in the root, reading root/data.
+    failed = start(["--job", "jobs/entry.yaml", "--set", "profile.tasks_per_node=1", "--set", "job.config.data=nodata",
+                    "--json"], flat)
+    out, err = failed.communicate(timeout=300)
+    assert failed.returncode == 1, out[-2000:] + err[-2000:]
+    run_dir = Path(last_json(out)["run_dir"])
+    edit(flat, "mypkg")
+    try:
+        resumed = finish(start(["--resume", str(run_dir), "--set", "job.config.data=data", "--json"], flat / "sub"))
+    finally:
+        subprocess.run(["git", "checkout", "--", "."], cwd=flat, check=True)
+    assert resumed["state"] == "COMPLETED" and resumed["run_dir"] == str(run_dir)
+    result = json.loads((run_dir / "result.json").read_text())
+    assert (result["version"], result["data"], result["cwd"]) == ("submitted", "root-data", str(flat))
+    assert result["module"] == str(run_dir / "project" / "mypkg" / "__init__.py")
+    assert not (flat / "sub" / "runs").exists()  # the run stays where it was
+
+
 @pytest.mark.slurm
 def test_dev_cluster_two_nodes_and_a_held_job_edited_then_requeued_runs_the_submitted_code(
         slurm_cluster: Path, flat: Path, srcrepo: Path) -> None:

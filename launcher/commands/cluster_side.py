@@ -25,7 +25,7 @@ def main(argv: list[str]) -> int:
     import yaml
 
     from launcher.commands.main import main as tool
-    from launcher.rundir import layout, snapshot
+    from launcher.rundir import layout, links, snapshot
 
     spec_file = Path(argv[0]).resolve()
     spec = json.loads(spec_file.read_text())
@@ -44,16 +44,21 @@ def main(argv: list[str]) -> int:
         target = snapshot.snapshot_dir(run_dir)
         if not (target / snapshot.NOTE_FILE).is_file():
             note = {**spec["note"], "synced_to": str(code_root)}
+            manifest: bytes | None = None
             if project is not None:
                 ensure(run_dir, project, submit_dir, code_root)  # RUN/project, and its part of the note
                 note["project"] = {**(snapshot.read_note(run_dir) or {}).get("project", {}),
                                    "laptop_root": shipped.get("laptop_root"),
                                    "laptop_submit_dir": shipped.get("laptop_submit_dir")}
+                kept = target / links.MANIFEST.format("project")  # what the next run may link to
+                manifest = kept.read_bytes() if kept.is_file() else None
                 shutil.rmtree(target)
             partial = target.with_name(f".{snapshot.SNAPSHOT_DIR}.partial")
             shutil.rmtree(partial, ignore_errors=True)
             # (Not the caches the cluster side's Python writes there, as a login node's snapshot leaves them.)
             shutil.copytree(code_root, partial, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+            if project is not None and manifest is not None:
+                (partial / links.MANIFEST.format("project")).write_bytes(manifest)
             (partial / snapshot.NOTE_FILE).write_text(json.dumps(note, indent=1) + "\n")
             partial.replace(target)
         return target

@@ -1,0 +1,128 @@
+"""Unchanged files of a snapshot hard-linked from the previous run's copy instead of copied again.
+
+A hard link to your own file would share it with your editor; a link to the previous run's copy
+shares it only with other snapshots, which nothing writes in place: the tasks run in the directory
+you submitted from, Python adds only new files (`__pycache__/`), and the copies are made read-only
+(`a-w`; a writer gets an error rather than changing older runs). So at a submission, a file whose
+source is unchanged since the newest snapshot of the same folder in the same runs folder is linked
+from that snapshot; every other file is copied, as is everything when the link fails (another
+file system, the previous run deleted).
+
+"Unchanged" is git's rule for its index: the source's size, mtime, ctime and inode are those
+recorded when it was copied (`MANIFEST`, per file), and its mtime and ctime are older than that copy
+by more than `RACY_S`, so an edit in the same clock tick as the copy (on a file system that keeps
+whole seconds, or two) is never taken for the copied content. The previous copy must still have the
+size, mtime and inode recorded when it was made (checked on the new link as the manifest is written):
+a copy written to anyway (as root, or after a chmod) is copied afresh, not spread to the new run.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+NOTE = "SNAPSHOT.json"  # snapshot.NOTE_FILE: names the folder a snapshot was taken of
+LOOK = 50  # run folders looked at, newest first, for a snapshot of the same folder
+MANIFEST = "SNAPSHOT.{}-files.json"  # in RUN/code, per tree ("code", "project"): {"at": ..., "files": {name: [...]}}
+RACY_S = 2.0
+# Per file: the source's size, mtime_ns, ctime_ns, inode at copy time, then the copy's size, mtime_ns, inode.
+Entry = list[int]
+
+
+def source_stat(st: os.stat_result) -> Entry:
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+
+
+def copy_stat(st: os.stat_result) -> Entry:
+    return [st.st_size, st.st_mtime_ns, st.st_ino]
+
+
+def previous(run_dir: Path, root: Path, tree: str) -> tuple[Path, dict[str, Entry]] | None:
+    """The newest other snapshot of `root` beside `run_dir` and the files it may lend (unchanged, not racy).
+    Run folders' names begin with their time, so the newest come first by name; no shared index to keep."""
+    runs = run_dir.parent
+    try:
+        names = sorted((n for n in os.listdir(runs) if n != run_dir.name and not n.startswith(".")), reverse=True)
+    except OSError:
+        return None
+    for name in names[:LOOK]:
+        prev = runs / name
+        try:
+            note = json.loads((prev / "code" / NOTE).read_text())
+            taken_of = note.get("from") if tree == "code" else note.get("project", {}).get("root")
+            if not taken_of or Path(taken_of).resolve() != root:
+                continue
+            manifest = json.loads((prev / "code" / MANIFEST.format(tree)).read_text())
+        except (OSError, ValueError, AttributeError):
+            continue
+        horizon = int((manifest["at"] - RACY_S) * 1e9)
+        folder = prev / ("code" if tree == "code" else "project")
+        return folder, {n: e for n, e in manifest["files"].items() if max(e[1], e[2]) < horizon}
+    return None
+
+
+def plan(root: Path, files: list[str], stats: dict[str, Entry], lender: tuple[Path, dict[str, Entry]] | None
+         ) -> tuple[list[str], list[str]]:
+    """Split `files` into (to link, to copy); `stats` gets each source's stat, taken before any copying."""
+    lend = lender[1] if lender else {}
+    linked, copied = [], []
+    top = str(root)
+    for name in files:
+        if name not in stats:
+            try:
+                stats[name] = source_stat(os.lstat(f"{top}/{name}"))
+            except OSError:  # gone since it was listed: the copy reports it
+                copied.append(name)
+                continue
+        old = lend.get(name)
+        (linked if old is not None and old[:4] == stats[name] else copied).append(name)
+    return linked, copied
+
+
+def link(lender: Path, names: list[str], dest: Path, made: set[str]) -> list[str]:
+    """Hard-link `names` from `lender` into `dest`; the names that could not be linked (to copy)."""
+    failed: list[str] = []
+    src, dst = str(lender), str(dest)  # (strings: pathlib's joins cost more than the links themselves)
+    for i, name in enumerate(names):
+        folder = os.path.dirname(name)
+        if folder not in made:
+            os.makedirs(f"{dst}/{folder}", exist_ok=True)
+            made.add(folder)
+        try:
+            os.link(f"{src}/{name}", f"{dst}/{name}", follow_symlinks=False)
+        except OSError as e:
+            failed.append(name)
+            if e.errno in (errno.EXDEV, errno.EPERM, errno.EOPNOTSUPP):  # no link will work: copy the rest
+                return failed + names[i + 1:]
+    return failed
+
+
+def read_only(path: str) -> os.stat_result:
+    """Take write permission off a fresh copy (a symbolic link has none of its own); its stat."""
+    st = os.lstat(path)
+    if not stat.S_ISLNK(st.st_mode) and st.st_mode & 0o222:
+        os.chmod(path, st.st_mode & ~0o222)
+        st = os.lstat(path)
+    return st
+
+
+def record(entries: dict[str, Any], tree: str, stats: dict[str, Entry], at: float, dest: Path, names: list[str],
+           lent: dict[str, Entry]) -> tuple[int, list[str]]:
+    """Add `tree`'s manifest to `entries` (source stat + the copy's stat per file): the copy's bytes, and the
+    linked files (`lent`) whose inode is no longer the recorded copy (written to since: to copy afresh).
+    `at`: when the sources' stats were taken, before the copy read them (the racy window counts from there)."""
+    files, size, stale, top = {}, 0, [], str(dest)
+    for name in names:
+        st = copy_stat(os.lstat(f"{top}/{name}"))
+        if name in lent and lent[name][4:] != st:
+            stale.append(name)
+            continue
+        size += st[0]
+        if name in stats:
+            files[name] = stats[name] + st
+    entries[tree] = {"at": at, "files": files}
+    return size, stale
