@@ -10,8 +10,6 @@ import contextlib
 import json
 import logging
 import os
-import pickle
-import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -19,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from launcher.cluster import local
+from launcher.cluster.local import LocalFailFast
 from launcher.cluster.slurm import accounting, srun
 from launcher.commands import relay as relay_settings
 from launcher.commands.console import EXIT_FAILED, EXIT_OK, emit, overrides_text, relative
@@ -86,55 +84,6 @@ def _ended(job: Any, force: bool) -> str:
         now = accounting.controller_state(str(job.job_id), dict(os.environ))
         return "" if accounting.STATES.get(now) in ACTIVE else (now or state)
     return state
-
-
-class LocalFailFast:
-    """On the local executor, end a run as soon as one rank has failed: a rank that dies before the
-    process group forms would leave its peers waiting `init_timeout_s` in the rendezvous (SLURM has
-    srun --kill-on-bad-exit for this). A rank failed when it left an error result, or when its
-    process is gone without a result for `gone_s` while a peer still runs (a requeue ends every
-    rank within moments and starts new ones, so it is not mistaken for a failure)."""
-
-    def __init__(self, job: Any, tasks: list[Any], gone_s: float = 5.0) -> None:
-        self.job, self.tasks, self.gone_s = job, tasks, gone_s
-        self.gone: dict[int, float] = {}
-        self.failed: int | None = None
-
-    def check(self) -> bool:
-        """True once a rank has failed and the run was stopped."""
-        if self.failed is not None or len(self.tasks) < 2:
-            return self.failed is not None
-        now = time.monotonic()
-        running = local.rank_pids(int(self.job.job_id))
-        for rank, task in enumerate(self.tasks):
-            result = Path(task.paths.result_pickle)
-            if result.exists():
-                if _is_error(result):
-                    return self._stop(rank, running)
-                continue
-            if rank in running:
-                self.gone.pop(rank, None)
-            elif any(r != rank for r in running):  # (the controller starts all ranks at once)
-                if now - self.gone.setdefault(rank, now) >= self.gone_s:
-                    return self._stop(rank, running)
-        return False
-
-    def _stop(self, rank: int, running: dict[int, int]) -> bool:
-        """Kill the surviving ranks (they wait for the dead one; nothing of theirs is lost): the
-        controller then sees every task end and exits as after any failure."""
-        self.failed = rank
-        for pid in running.values():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        return True
-
-
-def _is_error(path: Path) -> bool:
-    try:
-        with open(path, "rb") as fh:
-            return pickle.load(fh)[0] != "success"
-    except Exception:  # noqa: BLE001 - being written: the next poll reads it whole
-        return False
 
 
 def backoff(first: float, most: float) -> Iterator[float]:
