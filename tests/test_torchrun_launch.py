@@ -88,10 +88,15 @@ def after_first_checkpoint(runs_dir: Path) -> str | None:
 
 
 def as_torchrun_starts(runs_dir: Path) -> str | None:
-    """The job id, once node task 0 has started torchrun: its workers are still starting (importing
-    torch: seconds), not yet catching the stop signal, which their node's task notes for them."""
-    log = next((p for p in runs_dir.glob("*/logs/*/*_0_log.out") if "[torchrun] node 0" in p.read_text()), None)
-    return log.parent.name if log else None
+    """The job id, once both node tasks have started torchrun: their workers are still starting
+    (importing torch: seconds), not yet catching the stop signal, which their node's task notes for
+    them. (Both: a node task still unpickling its function has no handler yet, and USR2 would kill it,
+    as it kills any submitit task in its first second; seen in CI when only node 0 was waited for.)"""
+    for log in runs_dir.glob("*/logs/*/*_0_log.out"):
+        other = log.with_name(log.name.replace("_0_log.out", "_1_log.out"))
+        if "[torchrun] node 0" in log.read_text() and other.exists() and "[torchrun] node 1" in other.read_text():
+            return log.parent.name
+    return None
 
 
 def interrupted(runs_dir: Path, sets: list[str], command: list[str],
