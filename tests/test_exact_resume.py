@@ -165,8 +165,10 @@ def test_a_stop_signal_sent_to_one_rank_from_outside_requeues_and_resumes_exactl
 def test_time_out_requeues_are_capped_by_the_profile(tmp_path: Path) -> None:
     # The local controller sends the stop signal signal_delay_s before time_min: 10 s into each
     # attempt. submitit counts it as a time-out; the profile allows one requeue after a time-out.
+    # 2 minutes, not 1: an attempt then has 110 s, not 50, to reach its signal and stop before the hard
+    # limit (CI's loaded machine once took 59 s to deliver the first one).
     (tmp_path / "job.yaml").write_text("extends: digits\nname: digits-long\nepochs: 2000\neval_every_epochs: 1000\n")
-    proc = run_submit(["--job", "job.yaml", "--set", "profile.time=1", "--set", "profile.signal_delay_s=50",
+    proc = run_submit(["--job", "job.yaml", "--set", "profile.time=2", "--set", "profile.signal_delay_s=110",
                        "--set", "profile.max_timeout_requeues=1", "--json"], cwd=tmp_path, timeout=200)
     assert proc.returncode == 1, proc.stderr[-3000:]
     result = last_json(proc.stdout)
