@@ -30,6 +30,7 @@ import pytest
 
 from launcher.cluster.slurm.accounting import SchedulerRecord
 from launcher.devcluster import daemons, load_spec, running_pid
+from launcher.devcluster.paths import log_file
 from launcher.rundir.states import TaskState, _from_scheduler
 from tests.helpers import ROOT, last_json, run_submit, wait_until
 from tests.test_exact_resume import _popen_submit
@@ -115,6 +116,35 @@ def restore(node: str) -> None:
     daemons.wait_nodes_ready(spec, timeout=120)
 
 
+def returned_and_settled(node: str, job_id: str) -> None:
+    """`restore` the node while the requeued job is held, and let the job go once the node has answered
+    a full ping round (SlurmdTimeout / 3 = 10 s) in service: a job started in the same second as the
+    node's return was once killed 11 s in (STEP CANCELLED on the returned node, in CI under load),
+    while the node's first registrations were still arriving. A real node is back after minutes."""
+    subprocess.run(["scontrol", "hold", job_id], check=True, timeout=30)
+    try:
+        restore(node)
+        time.sleep(12)
+    finally:
+        subprocess.run(["scontrol", "release", job_id], check=True, timeout=30)
+
+
+def slurm_story(job_id: str, nodes: list[str], since: str) -> str:
+    """What SLURM logged about `job_id` and on `nodes` since `since` (ISO time, second precision): for a
+    failure that the run's own logs cannot explain."""
+    lines = []
+    for name, keep in [("slurmctld", lambda line: re.search(rf"JobId={job_id}\b|StepId={job_id}\.|cpu\d", line)),
+                       *[(f"slurmd-{n}", lambda line: True) for n in nodes]]:
+        try:
+            text = log_file(name).read_text(errors="replace")
+        except OSError as e:
+            lines.append(f"({name}: {e})")
+            continue
+        picked = [line for line in text.splitlines() if line[1:20] >= since and keep(line)]
+        lines += [f"--- {name} since {since} ---", *picked[-60:]]
+    return "\n".join(lines)
+
+
 def status_row(run_dir: Path, cwd: Path) -> dict[str, Any] | None:
     proc = run_submit(["status", str(run_dir), "--json", "--no-collect"], cwd=cwd, timeout=60)
     rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
@@ -131,6 +161,7 @@ def test_a_node_lost_mid_run_is_requeued_by_slurm_and_the_run_resumes_from_its_c
         slurm_cluster: Path, tmp_path: Path) -> None:
     (tmp_path / "job.yaml").write_text(JOB)
     nodes = two_nodes()
+    since = time.strftime("%Y-%m-%dT%H:%M:%S")
     proc = _popen_submit(["--job", "job.yaml", "--profile", "dev-cluster", "--wait", "--json",
                           "--set", f"profile.cpus_per_task={CPUS_PER_NODE}",
                           "--set", f"profile.sbatch_extra.nodelist={','.join(nodes)}"], tmp_path)
@@ -156,7 +187,7 @@ def test_a_node_lost_mid_run_is_requeued_by_slurm_and_the_run_resumes_from_its_c
                                     timeout=30).stdout.strip()
         assert node_state.startswith("down"), node_state
 
-        restore(lost)
+        returned_and_settled(lost, job_id)
         out, err = proc.communicate(timeout=300)
     finally:
         if proc.poll() is None:
@@ -170,7 +201,7 @@ def test_a_node_lost_mid_run_is_requeued_by_slurm_and_the_run_resumes_from_its_c
         assert up.returncode == 0, up.stdout + up.stderr
     print(f"node {lost} lost; requeued and waiting ({row['reason']}) {requeued - killed:.0f} s after the kill")
 
-    assert proc.returncode == 0, out + err[-3000:]
+    assert proc.returncode == 0, out + err[-3000:] + slurm_story(job_id, nodes, since)
     result = last_json(out)
     assert result["state"] == "COMPLETED" and result["restarts"] == 1, result
     assert result["epochs"] == 20
