@@ -145,6 +145,11 @@ def test_values_that_fit_are_accepted(tmp_path: Path, capsys: pytest.CaptureFixt
     shown = json.loads(out.strip().splitlines()[-1])["profile"]
     assert shown["container_binds"] == ["/tmp", "/tmp:/data", "/tmp:/data:ro", "/var/tmp:/s:rw"]
     assert values.bind("/tmp:/x") is None and values.argument("a-b") is None and values.path("a/" * 1000) is None
+    # A job file whose name holds a byte that is not UTF-8 is still found (the sweep refuses such bytes only
+    # in values that are written into a file or script).
+    write(tmp_path / "caf\udce9.yaml", "extends: digits\n")
+    code, out, err = call(["--job", str(tmp_path / "caf\udce9.yaml"), "--dry-run", "--json"], capsys)
+    assert code == 0 and json.loads(out.strip().splitlines()[-1])["job"]["name"] == "digits", err
 
 
 def test_the_batch_script_is_checked_whole_before_sbatch_reads_it(capsys: pytest.CaptureFixture[str]) -> None:

@@ -64,7 +64,7 @@ def job_data(job_name: str, sets: list[str]) -> dict[str, Any]:
 def runs_dir(profile_name: str, explicit: str | None = None) -> Path:
     """Where a profile's runs are: `--runs-dir` if given, else the profile's `runs_dir`."""
     if explicit is not None:  # checked where it enters: an empty one would silently mean the profile's
-        problem = "a folder (leave --runs-dir out for the profile's runs_dir)" if explicit == "" else values.path(explicit)
+        problem = "a folder (leave --runs-dir out for the profile's runs_dir)" if explicit == "" else values.file_name(explicit)
         if problem is not None:
             shown = repr(explicit) if len(explicit) <= 60 else f"{explicit[:60]!r}... ({len(explicit.encode())} bytes)"
             raise ConfigError(f"--runs-dir {shown}: expected {problem}")

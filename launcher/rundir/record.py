@@ -243,7 +243,7 @@ def find_run(name: str | None, runs_dir: Path) -> Path:
 def check_path(what: str, value: str) -> None:
     """A run folder or runs folder given on the command line, checked where it enters (one line,
     names the file system can hold: trainer.config.values) instead of an OSError on first use."""
-    problem = values.path(value)
+    problem = values.file_name(value)
     if problem is not None:
         shown = repr(value) if len(value) <= 60 else f"{value[:60]!r}... ({len(value.encode())} bytes)"
         raise ConfigError(f"{what} {shown}: expected {problem}")

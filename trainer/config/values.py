@@ -64,8 +64,10 @@ def path(value: Any) -> str | None:
 
 
 def file_name(value: Any) -> str | None:
-    """A name or path given for a file to find (`--profile`, `--job`, `extends:`)."""
-    return path(value)
+    """A name or path given for a file or folder to find (`--profile`, `--job`, `extends:`, RUN,
+    `--runs-dir`): a byte that is not UTF-8 still names a file (the OS takes bytes), so only the rest of
+    `path` applies; each such byte is one byte long, as '_' is."""
+    return path(_UNDECODED.sub("_", value) if isinstance(value, str) else value)
 
 
 def bind(value: Any) -> str | None:
