@@ -111,6 +111,9 @@ CASES = [
     ("--runs-dir without --resume", {}, ["--runs-dir", "elsewhere"],
      ["--runs-dir elsewhere: only --resume reads it", "--set profile.runs_dir"]),
     ("--runs-dir empty", {}, ["status", "--runs-dir", ""], ["--runs-dir ''", "leave --runs-dir out"]),
+    ("a --set value of 100,000 characters is cut short", {}, ["--set", "job.lr=0.1 #" + "y" * 100_000],
+     ["--set job.lr=0.1 #yyy", "... (100005 characters): YAML would not read the value '0.1 #yyy",
+      "... (100007 characters) as written: '#yyy", "... (100001 characters) is a YAML comment"]),
     ("watch with an endless interval", {}, ["watch", "--interval", "inf"], ["--interval", "'inf'", "(0, 3600]"]),
 ]
 
