@@ -163,7 +163,7 @@ def after_there(after: str | None) -> list[str]:
     """`--after RUN` as the cluster side reads it: a run recorded here is its run folder there."""
     if not after:
         return []
-    record = checked_record(Path(after)) if read_record(Path(after)) is not None else None
+    record = checked_record(Path(after), ("remote_run_dir",)) if read_record(Path(after)) is not None else None
     return ["--after", record["remote_run_dir"] if record else after]
 
 

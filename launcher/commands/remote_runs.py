@@ -40,15 +40,15 @@ def read_record(folder: Path) -> dict[str, Any] | None:
 _RELAYED_FIELDS = ("login", "remote_run_dir", "remote_dir", "code", "python")
 
 
-def checked_record(folder: Path) -> dict[str, Any]:
+def checked_record(folder: Path, fields: tuple[str, ...] = _RELAYED_FIELDS) -> dict[str, Any]:
     """A remote.json whose fields a relayed command reads (launcher.rundir.shapes), else a ConfigError
     naming the file and the field: an edited or broken record is one `error:` line, not a KeyError."""
     record = read_record(folder) or {}
     path = folder / RECORD
-    for key in _RELAYED_FIELDS:
+    for key in fields:
         if key not in record:
             raise ConfigError(f"{path}: field '{key}' is missing (a record written by a submission over SSH has it)")
-    return shapes.check(path, record, {key: shapes.text for key in _RELAYED_FIELDS})
+    return shapes.check(path, record, {key: shapes.text for key in fields})
 
 
 def relayed(argv: list[str]) -> int | None:
