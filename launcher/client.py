@@ -71,6 +71,15 @@ def submit(profile: str = "local", job: str | None = None, *, entrypoint: str | 
     this process's current directory)."""
     if (job is None) == (entrypoint is None):
         raise ValueError("give either job= (a job name or file) or entrypoint= (with config=)")
+    _expect("profile", profile, (str, os.PathLike), "a profile name or file")
+    _expect("job", job, (str, os.PathLike, type(None)), "a job name or file")
+    _expect("entrypoint", entrypoint, (str, type(None)), "'package.module:function'")
+    _expect("config", config, (dict, type(None)), "a mapping")
+    _expect("name", name, (str, type(None)), "a job name")
+    _expect("cwd", cwd, (str, os.PathLike, type(None)), "a folder")
+    # A string is a sequence too: sets="job.epochs=3" would be read one character at a time.
+    if sets is not None and (isinstance(sets, str) or not all(isinstance(item, str) for item in sets)):
+        raise TypeError(f"sets={sets!r}: expected a list of 'KEY=VALUE' strings, e.g. ['job.epochs=3']")
     workdir = Path(cwd or os.getcwd()).resolve()
     generated = None
     if entrypoint is not None:
@@ -96,6 +105,10 @@ def attach(run: str | Path, profile: str = "local", runs_dir: str | Path | None 
            cwd: str | Path | None = None) -> Run:
     """A handle on an existing run: its folder, or its name in the runs_dir of `profile` (or `runs_dir`),
     as `submit.py status RUN` finds it. SubmitError (the command line's message) if there is none."""
+    _expect("run", run, (str, os.PathLike), "a run folder or its name")
+    _expect("profile", profile, (str, os.PathLike), "a profile name or file")
+    _expect("runs_dir", runs_dir, (str, os.PathLike, type(None)), "a folder")
+    _expect("cwd", cwd, (str, os.PathLike, type(None)), "a folder")
     workdir = Path(cwd or os.getcwd()).resolve()
     handle = Run(workdir, profile, runs_dir=runs_dir)
     folder = workdir / run
@@ -112,6 +125,13 @@ def attach(run: str | Path, profile: str = "local", runs_dir: str | Path | None 
     # Not found: the command line says so in its own words (and where it looked).
     raise SubmitError(_said(handle._cli("status", str(run), "--json", "--no-collect", *handle._where()))
                       if done.returncode == 0 else _said(done))
+
+
+def _expect(name: str, value: Any, types: tuple[type, ...], what: str) -> None:
+    """The API's arguments checked where they enter: a TypeError naming the parameter, not one from
+    deep inside subprocess or pathlib."""
+    if not isinstance(value, types):
+        raise TypeError(f"{name}={value!r}: expected {what} ({' or '.join(t.__name__ for t in types)})")
 
 
 class Run:

@@ -88,6 +88,33 @@ CASES = [
      ["--profile", "{p.yaml}"], ["p.yaml", "key 'python'", "not a command on this machine's PATH"]),
     ("an escape sequence in a value", {"p.yaml": 'extends: local\nqos: "\\e[2J"\n'}, ["--profile", "{p.yaml}"],
      ["p.yaml", "key 'qos' has invalid value '\\x1b[2J'"]),
+    # The hostile-input sweep (issue 22's outside corpus): each was a traceback or a silent change.
+    ("NUL in a job's project_root", {"j.yaml": 'entrypoint: "tests.userpkg.tiny:train"\nproject_root: "a\\0b"\n'},
+     ["--job", "{j.yaml}"], ["j.yaml: key 'project_root' has invalid value 'a\\x00b'", CTL]),
+    ("project_root over 255 bytes", {"j.yaml": "extends: digits\nproject_root: " + "r" * 300 + "\n"}, ["--job", "{j.yaml}"],
+     ["j.yaml (extending ", "key 'project_root'", "at most 255 bytes"]),
+    ("~user of no user in runs_dir", {"p.yaml": "extends: local\nruns_dir: ~nosuchuser/runs\n"}, ["--profile", "{p.yaml}"],
+     ["p.yaml", "key 'runs_dir' has invalid value '~nosuchuser/runs'", "'~nosuchuser' names a user of this machine"]),
+    ("~user of no user as --job", {}, ["--job", "~nosuchuser/j.yaml"], ["job '~nosuchuser/j.yaml'", "names a user"]),
+    ("--runs-dir of no user", {}, ["list", "--runs-dir", "~nosuchuser/r"], ["--runs-dir '~nosuchuser/r'", "names a user"]),
+    ("a byte that is not UTF-8 in --set", {}, ["--set", "job.name=caf\udce9"],
+     ["with --set job.name: key 'name' has invalid value 'caf\\udce9'", "UTF-8 text"]),
+    ("an escape sequence in a profile's name", {"p.yaml": 'extends: local\nname: "\\e]0;x\\a"\n'},
+     ["--profile", "{p.yaml}"], ["p.yaml", "key 'name' has invalid value '\\x1b]0;x\\x07'", CTL]),
+    ("python over 255 bytes", {"p.yaml": SLURM + "python: " + "p" * 300 + "\n"}, ["--profile", "{p.yaml}"],
+     ["p.yaml", "key 'python'", "at most 255 bytes"]),
+    ("a job file that cannot be read", {}, ["--job", "/proc/self/mem"], ["/proc/self/mem: cannot read it"]),
+    ("--after a name over 255 bytes", {}, ["--profile", "slurm-cpu", "--after", "a" * 300],
+     ["--after 'aaa", "(300 bytes)", "at most 255 bytes"]),
+    ("--after an empty name", {}, ["--profile", "slurm-cpu", "--after", ""], ["--after", "not a run folder"]),
+    ("--resume of an empty name", {}, ["--resume", ""], ["run ''", "not a run folder"]),
+    ("--runs-dir without --resume", {}, ["--runs-dir", "elsewhere"],
+     ["--runs-dir elsewhere: only --resume reads it", "--set profile.runs_dir"]),
+    ("--runs-dir empty", {}, ["status", "--runs-dir", ""], ["--runs-dir ''", "leave --runs-dir out"]),
+    ("a --set value of 100,000 characters is cut short", {}, ["--set", "job.lr=0.1 #" + "y" * 100_000],
+     ["--set job.lr=0.1 #yyy", "... (100005 characters): YAML would not read the value '0.1 #yyy",
+      "... (100007 characters) as written: '#yyy", "... (100001 characters) is a YAML comment"]),
+    ("watch with an endless interval", {}, ["watch", "--interval", "inf"], ["--interval", "'inf'", "(0, 3600]"]),
 ]
 
 
@@ -121,6 +148,11 @@ def test_values_that_fit_are_accepted(tmp_path: Path, capsys: pytest.CaptureFixt
     shown = json.loads(out.strip().splitlines()[-1])["profile"]
     assert shown["container_binds"] == ["/tmp", "/tmp:/data", "/tmp:/data:ro", "/var/tmp:/s:rw"]
     assert values.bind("/tmp:/x") is None and values.argument("a-b") is None and values.path("a/" * 1000) is None
+    # A job file whose name holds a byte that is not UTF-8 is still found (the sweep refuses such bytes only
+    # in values that are written into a file or script).
+    write(tmp_path / "caf\udce9.yaml", "extends: digits\n")
+    code, out, err = call(["--job", str(tmp_path / "caf\udce9.yaml"), "--dry-run", "--json"], capsys)
+    assert code == 0 and json.loads(out.strip().splitlines()[-1])["job"]["name"] == "digits", err
 
 
 def test_the_batch_script_is_checked_whole_before_sbatch_reads_it(capsys: pytest.CaptureFixture[str]) -> None:

@@ -86,6 +86,22 @@ def test_bad_config_raises_submit_error_and_queues_nothing(tmp_path: Path, priva
     assert left_in(private_tmp) == []
 
 
+@pytest.mark.parametrize("call,message", [
+    (lambda cwd: submit(job="digits", sets="job.epochs=1", cwd=cwd), "sets='job.epochs=1': expected a list of"),
+    (lambda cwd: submit(job="digits", sets=[3], cwd=cwd), r"sets=\[3\]: expected a list of 'KEY=VALUE' strings"),
+    (lambda cwd: submit(profile=5, job="digits", cwd=cwd), "profile=5: expected a profile name or file"),
+    (lambda cwd: submit(entrypoint=5, cwd=cwd), "entrypoint=5: expected 'package.module:function'"),
+    (lambda cwd: submit(entrypoint="m:f", config=[1], cwd=cwd), r"config=\[1\]: expected a mapping"),
+    (lambda cwd: attach(5, cwd=cwd), "run=5: expected a run folder or its name"),
+], ids=["sets as one string", "sets of numbers", "profile number", "entrypoint number", "config list", "attach number"])
+def test_the_python_api_names_a_wrongly_typed_argument(tmp_path: Path, call: object, message: str) -> None:
+    """Found by the hostile-input sweep: a string for sets= was read one character at a time (`--set j`),
+    other types failed deep in subprocess or pathlib. Refused before any process starts."""
+    with pytest.raises(TypeError, match=message):
+        call(tmp_path)  # type: ignore[operator]
+    assert not (tmp_path / "runs").exists()
+
+
 def test_a_submitter_that_says_nothing_still_gives_a_message(tmp_path: Path) -> None:
     # A module that ends the process at import: the check before queueing imports it, and the
     # submitter dies without a word.

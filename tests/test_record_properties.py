@@ -161,3 +161,45 @@ def test_a_date_written_as_text_is_one_error_naming_the_field(tmp_path: Path,
     code, _, err = call(["logs", str(tmp_path / "run"), "--task", "0"], capsys)
     assert code == 2 and "run.json: field 'created' has invalid value '2026-12-01'; expected a finite JSON number" \
         in err, err
+
+
+DEEP = b'{"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"  # json recurses once per level
+
+
+@pytest.mark.parametrize("name,content", [
+    ("run.json", DEEP), ("tasks.json", DEEP), ("task-0000/result.json", DEEP), ("task-0001/failure.json", DEEP),
+    ("task-0000/metrics.jsonl", b'\xff\xfe\n5\n"x"\n' + b"[" * 100_000 + b'\n{"epoch": "x", "train_loss": [1], "epoch_time_s": 1}\n')],
+    ids=["run.json", "tasks.json", "result.json", "failure.json", "metrics.jsonl"])
+def test_a_record_nested_without_end_or_not_utf8_is_one_error_or_skipped(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                         name: str, content: bytes) -> None:
+    """The hostile-input sweep's records: a RecursionError or UnicodeDecodeError was a traceback in every command."""
+    run, healthy = tmp_path / "runs" / "20261201-100000-deep", tmp_path / "runs" / "20261201-090000-healthy"
+    make_run(run)
+    make_run(healthy)
+    (run / name).write_bytes(content)
+    for argv in (["status", str(run)], ["logs", str(run), "--task", "1"], ["--resume", str(run), "--dry-run"]):
+        code, _, err = call(argv, capsys)
+        answers_or_one_error(code, err, name, "nested too deeply" if code == 2 else "")
+    code, out, _ = call(["list", "--runs-dir", str(tmp_path / "runs")], capsys)
+    assert code == 0 and healthy.name in out and run.name in out
+
+
+def test_a_remote_record_without_its_fields_is_one_error_naming_the_field(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """remote.json (a run submitted over SSH) relayed with a field missing was a KeyError traceback."""
+    (tmp_path / "runs" / "far").mkdir(parents=True)
+    (tmp_path / "runs" / "far" / "remote.json").write_text(json.dumps({"login": "x", "job_ids": None}))
+    code, _, err = call(["status", "far"], capsys)
+    assert code == 2 and err == f"error: {Path('runs/far/remote.json')}: field 'remote_run_dir' is missing " \
+                                "(a record written by a submission over SSH has it)\n"
+    code, out, _ = call(["list"], capsys)  # listed offline all the same
+    assert code == 0 and "far" in out
+
+
+def test_resume_refuses_a_job_it_would_not_use(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--resume RUN --job J` resubmitted the recorded jobs and dropped J without a word."""
+    make_run(tmp_path / "run")
+    code, _, err = call(["--resume", str(tmp_path / "run"), "--job", "cifar10", "--dry-run"], capsys)
+    assert code == 2 and err.startswith("error: --job cifar10: --resume resubmits the run's recorded jobs")
+    code, out, err = call(["--resume", str(tmp_path / "run"), "--dry-run"], capsys)
+    assert code == 0 and "would resubmit task(s) 1" in out, err

@@ -47,7 +47,8 @@ def submit_parser() -> ArgumentParser:
     )
     parser.add_argument("--profile", default="local", help="cluster profile: a path or a NAME (see list-profiles) "
                         "(default: local; with --resume: where to look for RUN by name)")
-    parser.add_argument("--job", default="digits", help="job or sweep: a path or a NAME (see list-jobs; default: digits)")
+    # None: not given (digits), so that `--resume` can refuse a --job it would not use.
+    parser.add_argument("--job", help="job or sweep: a path or a NAME (see list-jobs; default: digits)")
     parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                         help="override a field, e.g. job.epochs=3 or profile.tasks_per_node=4 (YAML scalar)")
     parser.add_argument("--dry-run", action="store_true", help="show what would be submitted; submit nothing")
@@ -75,7 +76,13 @@ def main(argv: list[str] | None = None) -> int:
             return load(COMMANDS[argv[0]])(argv[1:])
         args = submit_parser().parse_args(argv)
         relay.VERBOSE = args.verbose
-        return load(RESUME if args.resume else PREVIEW if args.dry_run else SUBMIT)(args, argv)
+        if args.resume is None:
+            if args.runs_dir is not None:  # silently unused otherwise: a new run goes to the profile's runs_dir
+                raise ConfigError(f"--runs-dir {args.runs_dir}: only --resume reads it (where to find RUN); a new "
+                                  f"run goes to the profile's runs_dir (--set profile.runs_dir=FOLDER)")
+            args.job = "digits" if args.job is None else args.job
+        # `is None`, not falsiness: `--resume ''` names a run (refused as such), never a new submission.
+        return load(RESUME if args.resume is not None else PREVIEW if args.dry_run else SUBMIT)(args, argv)
     except ConfigError as err:
         print(error_line(err), file=sys.stderr)
         if getattr(err, "details", ""):  # the user's own traceback frames (trainer.runners.entrypoints)

@@ -69,9 +69,12 @@ def plan_submission(profile: Profile, points: list[Point], run_dir: Path, is_swe
                     after: str | None, submit_dir: Path | None = None) -> Submission:
     """The --after dependency, local checks, and the submission as data (new runs and --resume alike).
     `submit_dir`: the ranks' working directory (a new run: here; --resume: the run's own)."""
-    if after and profile.executor != "slurm":
+    # `is not None`: `--after ''` names no run (refused), it does not drop the dependency.
+    if after is not None and profile.executor != "slurm":
         raise ConfigError(f"--after {after}: dependencies need a slurm profile, not '{profile.executor}'")
-    after_ids = _job_ids_of(Path(after), profile.login) if after else []
+    if after is not None:
+        record.check_path("--after", after)
+    after_ids = _job_ids_of(Path(after), profile.login) if after is not None else []
     checks.check_writable_folder(run_dir.parent, "profile.runs_dir", "the run folder")
     for point in points:
         checks.check_local(profile, point.job, source, point.source)

@@ -25,7 +25,7 @@ from typing import Any
 
 from launcher.cluster.ssh import Connection, connection_error, remote_path
 from launcher.commands.console import EXIT_BAD_INPUT, error_line
-from launcher.commands.remote_runs import read_record, write_record
+from launcher.commands.remote_runs import checked_record, read_record, write_record
 from launcher.commands.remote_sync import project_job, project_listing, sync_listing, sync_project, tool_listing
 from launcher.config.profile import Profile
 from trainer.config.schema import ConfigError
@@ -163,7 +163,7 @@ def after_there(after: str | None) -> list[str]:
     """`--after RUN` as the cluster side reads it: a run recorded here is its run folder there."""
     if not after:
         return []
-    record = read_record(Path(after))
+    record = checked_record(Path(after), ("remote_run_dir",)) if read_record(Path(after)) is not None else None
     return ["--after", record["remote_run_dir"] if record else after]
 
 

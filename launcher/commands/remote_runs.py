@@ -14,6 +14,7 @@ from typing import Any
 
 from launcher.cluster.ssh import Connection, connection_error
 from launcher.commands.console import EXIT_BAD_INPUT, error_line
+from launcher.rundir import shapes
 from trainer.config.schema import ConfigError
 
 RECORD = "remote.json"
@@ -29,10 +30,25 @@ def write_record(local: Path, record: dict[str, Any]) -> None:
 
 def read_record(folder: Path) -> dict[str, Any] | None:
     try:
-        value = json.loads((folder / RECORD).read_text())
-    except (OSError, ValueError):
+        value = json.loads((folder / RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):  # (UnicodeDecodeError is a ValueError)
         return None
     return value if isinstance(value, dict) else None
+
+
+# What relaying a command reads of remote.json: each reaches the ssh command line (quoted).
+_RELAYED_FIELDS = ("login", "remote_run_dir", "remote_dir", "code", "python")
+
+
+def checked_record(folder: Path, fields: tuple[str, ...] = _RELAYED_FIELDS) -> dict[str, Any]:
+    """A remote.json whose fields a relayed command reads (launcher.rundir.shapes), else a ConfigError
+    naming the file and the field: an edited or broken record is one `error:` line, not a KeyError."""
+    record = read_record(folder) or {}
+    path = folder / RECORD
+    for key in fields:
+        if key not in record:
+            raise ConfigError(f"{path}: field '{key}' is missing (a record written by a submission over SSH has it)")
+    return shapes.check(path, record, {key: shapes.text for key in fields})
 
 
 def relayed(argv: list[str]) -> int | None:
@@ -58,8 +74,7 @@ def relayed(argv: list[str]) -> int | None:
     folder = _record_folder(words[run], words)
     if folder is None:
         return None
-    record = read_record(folder)
-    assert record is not None
+    record = checked_record(folder)
     # --runs-dir: the cluster side has none of this machine's profiles to look runs up in.
     rest = _without_runs_dir(words[:run] + [record["remote_run_dir"]] + words[run + 1:])
     rest += ["--runs-dir", f"{record['remote_dir']}/runs"]
@@ -116,7 +131,8 @@ def record_rows(where: Path) -> list[dict[str, Any]]:
     rows = []
     for folder in sorted(where.glob(f"*/{RECORD}"), reverse=True):
         if (record := read_record(folder.parent)) is not None:
-            ids = ",".join(str(i) for i in record.get("job_ids") or []) or "?"
+            recorded = record.get("job_ids")
+            ids = ",".join(str(i) for i in (recorded if isinstance(recorded, list) else [])) or "?"
             rows.append({"run": record.get("name", folder.parent.name), "run_dir": str(folder.parent),
                          "profile": record.get("profile", ""), "job": record.get("job", ""),
                          "tasks": record.get("tasks", ""), "created": record.get("created"),

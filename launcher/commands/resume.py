@@ -110,7 +110,12 @@ def _recorded_jobs(info: RunInfo) -> dict[int, dict[str, Any]]:
 
 def resume(args: argparse.Namespace, argv: list[str]) -> int:
     overrides = parse_overrides(args.sets)
-    where = runs_dir(args.profile, args.runs_dir or overrides["profile"].get("runs_dir"))
+    if args.job is not None:  # it would be silently ignored: the run's own jobs are what is resubmitted
+        raise ConfigError(f"--job {args.job}: --resume resubmits the run's recorded jobs; change one of their "
+                          f"keys with --set job.KEY=VALUE instead")
+    given = overrides["profile"].get("runs_dir")
+    where = runs_dir(args.profile, args.runs_dir if args.runs_dir is not None else
+                     given if isinstance(given, str) and given else None)
     info = record.load_run(record.find_run(args.resume, where))
     run_dir = info.run_dir
     source = f"{run_dir / layout.RUN_FILE} (profile, with --set)"

@@ -59,7 +59,7 @@ class Tail:
         for line in chunk[:end].splitlines():
             try:
                 row = json.loads(line)
-            except ValueError:  # a torn or foreign line: skipped, as `status` does
+            except (ValueError, RecursionError):  # a torn, foreign or endlessly nested line: skipped, as `status` does
                 continue
             if isinstance(row, dict):
                 rows.append(row)
@@ -220,7 +220,7 @@ def main(argv: list[str]) -> int:
     parser = ArgumentParser(prog="submit.py watch", description="A live view of a run or sweep, redrawn in place "
                             "until it ends (exit status as --wait); q or Ctrl-C leaves it running.")
     _add_run_arguments(parser, required=False)
-    parser.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes (default 2)")
+    parser.add_argument("--interval", type=_seconds, default=2.0, help="seconds between refreshes (default 2)")
     parser.add_argument("--once", action="store_true", help="print one frame and exit")
     args = parser.parse_args(argv)
     from rich.console import Console
@@ -232,6 +232,22 @@ def main(argv: list[str]) -> int:
         console.print(watcher.frame())
         return watcher.exit_status() if watcher.ended else EXIT_OK
     return _live(watcher, console, max(0.1, args.interval))
+
+
+MOST_INTERVAL_S = 3600
+
+
+def _seconds(text: str) -> float:
+    """--interval: a number of seconds in (0, an hour]; inf or 1e308 would overflow sleep's time_t."""
+    import argparse
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= MOST_INTERVAL_S:  # (nan fails it too)
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds in (0, {MOST_INTERVAL_S}]")
+    return value
 
 
 def _live(watcher: Watcher, console: Any, interval: float) -> int:

@@ -179,7 +179,9 @@ class Profile:
                     f"expects the world size and paths the profile describes); set {modelled} instead")
         # Every value that reaches the batch script, srun's or apptainer's arguments, or a path: the
         # one rule (trainer.config.values), checked here so that the error names the file it came from.
-        for key, rule in (("python", values.argument), ("container", values.argument), ("constraint", values.text),
+        # (`name` too: `status` and `list` print it, and trackers get it.)
+        for key, rule in (("name", values.text), ("python", values.argument), ("python", values.path),
+                          ("container", values.argument), ("container", values.path), ("constraint", values.text),
                           ("data_dir", values.path), ("runs_dir", values.path), ("slurm_conf", values.path)):
             problem = rule(getattr(self, key))
             require(problem is None, key, getattr(self, key), problem or "")

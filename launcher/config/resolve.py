@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from launcher.config.profile import PROFILE_FILES, Profile
-from trainer.config import files, overrides, sweep
+from trainer.config import files, overrides, sweep, values
 from trainer.config.job import JOB_FILES, JobConfig, job_mapping
-from trainer.config.schema import build
+from trainer.config.schema import ConfigError, build
 
 # What `--set SCOPE.KEY=VALUE` may name.
 SCOPES: dict[str, type] = {"job": JobConfig, "profile": Profile}
@@ -63,4 +63,9 @@ def job_data(job_name: str, sets: list[str]) -> dict[str, Any]:
 
 def runs_dir(profile_name: str, explicit: str | None = None) -> Path:
     """Where a profile's runs are: `--runs-dir` if given, else the profile's `runs_dir`."""
+    if explicit is not None:  # checked where it enters: an empty one would silently mean the profile's
+        problem = "a folder (leave --runs-dir out for the profile's runs_dir)" if explicit == "" else values.file_name(explicit)
+        if problem is not None:
+            shown = repr(explicit) if len(explicit) <= 60 else f"{explicit[:60]!r}... ({len(explicit.encode())} bytes)"
+            raise ConfigError(f"--runs-dir {shown}: expected {problem}")
     return Path(explicit if explicit else load_profile(profile_name)[0].runs_dir).expanduser()

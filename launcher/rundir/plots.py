@@ -28,12 +28,20 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     rows = []
-    for line in path.read_text().splitlines():
+    # Not UTF-8, nested without end, not an object: a torn, foreign or hostile line is skipped like
+    # one being written right now (`status` draws from the others).
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         try:
-            rows.append(json.loads(line))
-        except ValueError:
-            continue  # a line being written right now
+            row = json.loads(line)
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
     return rows
+
+
+def _numbers(row: dict[str, Any], *keys: str) -> bool:
+    return all(isinstance(row.get(k), (int, float)) and not isinstance(row.get(k), bool) for k in keys)
 
 
 def is_fresh(output: Path, *inputs: Path) -> bool:
@@ -56,13 +64,13 @@ def write_curves(run_dir: Path, title: str = "") -> Path | None:
     rows = read_metrics(run_dir)
     if not rows:
         return None
-    if not all("epoch" in r and "train_loss" in r and "epoch_time_s" in r for r in rows):
+    if not all(_numbers(r, "epoch", "train_loss", "epoch_time_s") for r in rows):
         return _save(_metric_curves(rows, title or run_dir.name), output)  # a user's own metrics
     fig = _figure(figsize=(10, 4))
     ax_loss, ax_acc = fig.subplots(1, 2)
     epochs = [r["epoch"] for r in rows]
     ax_loss.plot(epochs, [r.get("train_loss") for r in rows], marker=".", label="train loss")
-    evaluated = [r for r in rows if "test_loss" in r]
+    evaluated = [r for r in rows if _numbers(r, "test_loss", "test_accuracy")]
     if evaluated:
         ax_loss.plot([r["epoch"] for r in evaluated], [r["test_loss"] for r in evaluated], marker="o",
                      label="test loss")

@@ -47,6 +47,8 @@ def read_json(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: cannot read it ({err.strerror})") from None
     except (ValueError, UnicodeDecodeError) as err:
         raise ConfigError(f"{path}: not valid JSON (truncated or overwritten?): {err}") from None
+    except RecursionError:  # json's decoder recurses once per level: a record nested without end
+        raise ConfigError(f"{path}: not a record the submitter writes (JSON nested too deeply)") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a JSON object, got {type(data).__name__}")
     # Each record's fields checked against their one shape (launcher.rundir.shapes), whoever reads it.
@@ -204,7 +206,7 @@ def _is(value: Any, kind: type) -> bool:
 def run_folders(runs_dir: Path) -> list[Path]:
     """Run folders under `runs_dir`, newest first: by the creation time their run.json recorded when
     they were made (never a file's change time: `status` and `cancel` rewrite run.json), then by name."""
-    _check_path("--runs-dir", str(runs_dir))
+    check_path("--runs-dir", str(runs_dir))
     if not runs_dir.is_dir():
         return []
     found = [p.resolve() for p in runs_dir.iterdir() if (p / RUN_FILE).is_file()]
@@ -226,7 +228,7 @@ def created_at(run_dir: Path) -> float:
 def find_run(name: str | None, runs_dir: Path) -> Path:
     """A run by folder path, or by name under `runs_dir`; None: the newest run there."""
     if name is not None:
-        _check_path("RUN", name)
+        check_path("RUN", name)
     if name is None:
         found = run_folders(runs_dir)
         if not found:
@@ -238,10 +240,10 @@ def find_run(name: str | None, runs_dir: Path) -> Path:
     raise ConfigError(f"run {name!r}: not a run folder (no {RUN_FILE} there or in {runs_dir}/)")
 
 
-def _check_path(what: str, value: str) -> None:
+def check_path(what: str, value: str) -> None:
     """A run folder or runs folder given on the command line, checked where it enters (one line,
     names the file system can hold: trainer.config.values) instead of an OSError on first use."""
-    problem = values.path(value)
+    problem = values.file_name(value)
     if problem is not None:
         shown = repr(value) if len(value) <= 60 else f"{value[:60]!r}... ({len(value.encode())} bytes)"
         raise ConfigError(f"{what} {shown}: expected {problem}")

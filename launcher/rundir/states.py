@@ -101,7 +101,7 @@ def finished_record(task_dir: Path, job_id: str) -> dict[str, Any] | None:
         with open(os.path.join(task_dir, RESULT_FILE), "rb") as fh:
             result = json.loads(fh.read())
         shapes.check(Path(task_dir) / RESULT_FILE, result, shapes.RESULT) if isinstance(result, dict) else None
-    except (OSError, ValueError):  # (a ConfigError too: `status` names a misshapen one from read_optional)
+    except (OSError, ValueError, RecursionError):  # (a ConfigError too: `status` names a misshapen one from read_optional)
         return None
     if isinstance(result, dict) and result.get("job_id") == job_id and result.get("state") == "COMPLETED" and "wall_time_s" in result:
         return result

@@ -26,7 +26,9 @@ IMAGE_FILES = (".sif", ".simg", ".sqsh", ".squashfs", ".img")
 def absolute(value: str, base: Path) -> str:
     """`value` as an absolute path, reading a relative one from `base` (no symlinks resolved: the
     path stays the one the user wrote)."""
-    path = Path(value).expanduser()
+    path = Path(os.path.expanduser(value))  # `~nosuch/x` stays as written, for trainer.config.values to refuse
+    if value.startswith("~") and str(path) == value:
+        return value
     return os.path.normpath(path if path.is_absolute() else base.absolute() / path)
 
 

@@ -180,6 +180,8 @@ def read_yaml(path: Path, text: bytes | None = None) -> dict[str, Any]:
         raise ConfigError(f"{path}: file not found") from None
     except IsADirectoryError:
         raise ConfigError(f"{path}: is a folder, not a YAML file") from None
+    except OSError as err:  # unreadable (permissions, I/O error: /proc/self/mem)
+        raise ConfigError(f"{path}: cannot read it ({err.strerror or err})") from None
     except yamlio.YamlError as err:
         raise ConfigError(f"{path}: {err}") from None
     if data is None:

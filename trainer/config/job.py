@@ -128,7 +128,8 @@ class JobConfig:
         # Values that reach the batch script (the job name), python's argument vector or a path: the
         # one rule (trainer.config.values), so the error names the job file they came from.
         for key, rule in (("name", values.text), ("script", values.argument), ("script", values.path),
-                          ("data_dir", values.path), ("code_dir", values.path), ("target_metric", values.text)):
+                          ("data_dir", values.path), ("code_dir", values.path),
+                          ("project_root", values.path), ("target_metric", values.text)):
             problem = rule(getattr(self, key))
             require(problem is None, key, getattr(self, key), problem or "")
         for i, arg in enumerate(self.args):

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainer.config import yamlio
-from trainer.config.schema import ConfigError, field_names, type_hints, unknown_key_error
+from trainer.config.schema import ConfigError, field_names, shown, type_hints, unknown_key_error
 
 
 def _string_fields(cls: type) -> set[str]:
@@ -34,8 +34,10 @@ def parse(items: list[str], scopes: dict[str, type]) -> dict[str, dict[str, Any]
     the job "123")."""
     strings = {scope: _string_fields(cls) for scope, cls in scopes.items()} if items else {}
     out: dict[str, dict[str, Any]] = {scope: {} for scope in scopes}
-    for item in items:
-        key, sep, raw = item.partition("=")
+    for whole in items:
+        key, sep, raw = whole.partition("=")
+        # As messages quote it: a hostile megabyte cut short (trainer.config.schema.shown).
+        item = whole if len(whole) <= 200 else f"{key[:100]}={raw[:100]}... ({len(raw)} characters)"
         scope, dot, name = key.partition(".")
         if not sep or not dot or not name:
             raise ConfigError(f"--set {item}: expected KEY=VALUE with KEY as job.FIELD or profile.FIELD "
@@ -53,13 +55,13 @@ def parse(items: list[str], scopes: dict[str, type]) -> dict[str, dict[str, Any]
             _set_dotted(out[scope], name, raw, item)
             continue
         if reason:
-            quoted = "'" + raw.replace("'", "''") + "'"
-            raise ConfigError(f"--set {item}: YAML would not read the value {raw!r} as written: {reason}; write it "
+            quoted = "'" + raw.replace("'", "''") + "'" if len(raw) <= 200 else "'...'"
+            raise ConfigError(f"--set {item}: YAML would not read the value {shown(raw)} as written: {reason}; write it "
                               f"without that, or quote it to keep it as text (--set \"{key}={quoted}\")")
         try:
             value = yamlio.scalar(raw)
         except yamlio.YamlError as err:
-            raise ConfigError(f"--set {item}: value {raw!r} is not a valid YAML scalar ({err})") from None
+            raise ConfigError(f"--set {item}: value {shown(raw)} is not a valid YAML scalar ({err})") from None
         # A user's `config.` may hold lists and mappings at any depth (its dataclass checks them).
         if isinstance(value, (dict, list)) and name not in ("setup", "env", "sbatch_extra", "extra", "container_binds",
                                                             "args") and not name.startswith("config."):

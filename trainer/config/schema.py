@@ -47,8 +47,15 @@ def unknown_key_error(source: str, key: str, valid: list[str]) -> ConfigError:
     return ConfigError(f"{source}: unknown key '{key}'{hint}; valid keys: {', '.join(sorted(valid))}")
 
 
+def shown(value: Any, most: int = 200) -> str:
+    """`value`'s repr for an error line, cut short past `most` characters: a megabyte of a hostile
+    value would otherwise be the whole terminal, before the words that say what is valid."""
+    text = repr(value)
+    return text if len(text) <= most else f"{text[:most // 2]}... ({len(text)} characters)"
+
+
 def bad_value_error(source: str, key: str, value: Any, expected: str) -> ConfigError:
-    err = ConfigError(f"{source}: key '{key}' has invalid value {value!r}; expected {expected}")
+    err = ConfigError(f"{source}: key '{key}' has invalid value {shown(value)}; expected {expected}")
     err.expected = expected  # type: ignore[attr-defined]  # (field_problem reads it)
     return err
 

@@ -24,13 +24,20 @@ from typing import Any
 
 # C0 controls, DEL, C1 controls and the Unicode line and paragraph separators (str.splitlines breaks there).
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+# Lone surrogates: bytes that were not UTF-8 (an argv or a file name decoded with surrogateescape); no
+# file, batch script or JSON record can hold them as text.
+_UNDECODED = re.compile("[\ud800-\udfff]")
 NAME_MAX, PATH_MAX = 255, 4096
 BIND_MODES = ("ro", "rw")
 
 
 def text(value: Any) -> str | None:
     """One line of text without control characters."""
-    found = _CONTROL.search(value) if isinstance(value, str) else None
+    if not isinstance(value, str):
+        return None
+    if (undecoded := _UNDECODED.search(value)) is not None:
+        return f"UTF-8 text (found {undecoded.group()!r}: a byte that is not UTF-8)"
+    found = _CONTROL.search(value)
     return None if found is None else f"one line of text without control characters (found {found.group()!r})"
 
 
@@ -46,6 +53,8 @@ def path(value: Any) -> str | None:
     problem = text(value)
     if problem or not isinstance(value, str):
         return problem
+    if value.startswith("~") and os.path.expanduser(value) == value:  # `~name/...` of no user here
+        return f"a path whose '~{value[1:].partition('/')[0]}' names a user of this machine (or no '~')"
     longest = max((len(part.encode("utf-8", "surrogateescape")) for part in value.split("/")), default=0)
     if longest > NAME_MAX:
         return f"a path whose every name is at most {NAME_MAX} bytes (one here is {longest}: the file system's limit)"
@@ -55,8 +64,10 @@ def path(value: Any) -> str | None:
 
 
 def file_name(value: Any) -> str | None:
-    """A name or path given for a file to find (`--profile`, `--job`, `extends:`)."""
-    return path(value)
+    """A name or path given for a file or folder to find (`--profile`, `--job`, `extends:`, RUN,
+    `--runs-dir`): a byte that is not UTF-8 still names a file (the OS takes bytes), so only the rest of
+    `path` applies; each such byte is one byte long, as '_' is."""
+    return path(_UNDECODED.sub("_", value) if isinstance(value, str) else value)
 
 
 def bind(value: Any) -> str | None:

@@ -182,7 +182,7 @@ def not_as_written(text: str) -> str | None:
         return "'---' starts a YAML document"
     body = [e for e in events if isinstance(e, (yaml.NodeEvent, yaml.CollectionEndEvent))]
     if stripped and not body:
-        return f"{stripped!r} is a YAML comment (a '#' first or after a space), which YAML drops"
+        return f"{_short(stripped)} is a YAML comment (a '#' first or after a space), which YAML drops"
     for event in body:
         if getattr(event, "anchor", None) and not isinstance(event, yaml.AliasEvent):
             return f"'&{event.anchor}' is a YAML anchor, which YAML drops"
@@ -197,12 +197,17 @@ def not_as_written(text: str) -> str | None:
         return "'KEY: VALUE' or '- ITEM' makes it a YAML mapping or list"
     rest = text[last.end_mark.index:].strip()
     if rest.startswith("#"):
-        return f"{rest!r} is a YAML comment (a '#' first or after a space), which YAML drops"
+        return f"{_short(rest)} is a YAML comment (a '#' first or after a space), which YAML drops"
     if rest:
-        return f"YAML stops reading before {rest!r}"
+        return f"YAML stops reading before {_short(rest)}"
     if isinstance(first, yaml.ScalarEvent) and first.style is None and first.value != stripped:
         return "YAML joins its lines into one"
     return None
+
+
+def _short(text: str) -> str:
+    """A quoted part of a `--set` value for a message: a hostile megabyte cut short."""
+    return repr(text) if len(text) <= 100 else f"{text[:50]!r}... ({len(text)} characters)"
 
 
 def scalar(text: str) -> Any:
