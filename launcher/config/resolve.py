@@ -66,6 +66,6 @@ def runs_dir(profile_name: str, explicit: str | None = None) -> Path:
     if explicit is not None:  # checked where it enters: an empty one would silently mean the profile's
         problem = "a folder (leave --runs-dir out for the profile's runs_dir)" if explicit == "" else values.file_name(explicit)
         if problem is not None:
-            shown = repr(explicit) if len(explicit) <= 60 else f"{explicit[:60]!r}... ({len(explicit.encode())} bytes)"
+            shown = values.shown_name(explicit)
             raise ConfigError(f"--runs-dir {shown}: expected {problem}")
     return Path(explicit if explicit else load_profile(profile_name)[0].runs_dir).expanduser()

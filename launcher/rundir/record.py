@@ -245,5 +245,5 @@ def check_path(what: str, value: str) -> None:
     names the file system can hold: trainer.config.values) instead of an OSError on first use."""
     problem = values.file_name(value)
     if problem is not None:
-        shown = repr(value) if len(value) <= 60 else f"{value[:60]!r}... ({len(value.encode())} bytes)"
+        shown = values.shown_name(value)
         raise ConfigError(f"{what} {shown}: expected {problem}")

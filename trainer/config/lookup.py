@@ -66,7 +66,7 @@ def find(kind: str, folder: str, shipped: Path, name: str, relative_to: Path | N
     """The file NAME stands for (see the module's order), or a ConfigError listing what exists."""
     problem = values.file_name(name)
     if problem is not None:
-        shown = repr(name) if len(name) <= 60 else f"{name[:60]!r}... ({len(name.encode())} bytes)"
+        shown = values.shown_name(name)
         raise ConfigError(f"{kind} {shown}: expected the name or path of a {kind} file: {problem}")
     candidates = [Path(name).expanduser()]
     if relative_to is not None:

@@ -86,3 +86,9 @@ def bind(value: Any) -> str | None:
     if not os.path.exists(fields[0]):
         return f"{form}; {fields[0]!r} does not exist here (binds are checked where you submit)"
     return None
+
+
+def shown_name(value: str) -> str:
+    """A file or folder name for an error line: whole up to 60 characters, else its start and its
+    length in bytes (the unit of the file system's limits, which such an error is often about)."""
+    return repr(value) if len(value) <= 60 else f"{value[:60]!r}... ({len(value.encode(errors='surrogateescape'))} bytes)"
