@@ -8,7 +8,7 @@ environment alone reaches the dev cluster), with the shared connection already o
      counted; interleaved, medians of --repeats. The jobs are held (`--begin now+1hour`) and
      cancelled: only queueing is measured. Issue's budget: at most 1 s more.
   2. syncing a 20,000-file project (benchmarks/snapshot.py's generated git repository) with
-     launcher.commands.remote_sync.sync_project: the first (cold) sync, then unchanged (the content hash
+     launcher.remote.sync.sync_project: the first (cold) sync, then unchanged (the content hash
      from remembered per-file hashes and the listing's stamps, one check there; issue's budget: at most
      0.5 s), then with one file edited (a new folder, the rest copied there by --copy-dest).
 Needs root (sshd, the account) and the dev cluster up. Usage: python benchmarks/remote.py [--repeats 3]
@@ -34,8 +34,8 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.common import load_note  # noqa: E402
 from benchmarks.snapshot import make_repo  # noqa: E402
 from launcher import devcluster  # noqa: E402
-from launcher.cluster.ssh import Connection  # noqa: E402
-from launcher.commands import remote, remote_sync  # noqa: E402
+from launcher.remote.connection import Connection  # noqa: E402
+from launcher.remote import transport as remote, remote_sync  # noqa: E402
 from launcher.rundir import snapshot  # noqa: E402
 from tests import sshd  # noqa: E402
 
@@ -69,7 +69,7 @@ def on_login_node(server: sshd.Server, remote_dir: str, code: str, profile: str)
 
 
 def sync_unchanged(conn: Connection, repo: Path, remote_dir: str, repeats: int) -> dict[str, float]:
-    """launcher.commands.remote_sync.project_listing + sync_project as a submission calls them (the plan's
+    """launcher.remote.sync.project_listing + sync_project as a submission calls them (the plan's
     listing given, made fresh for each: its cost is shown apart, as the snapshot's own)."""
     # Content the cluster side has not seen (a repository made the same way earlier would be found there).
     (repo / "NONCE").write_text(f"{time.time()}\n")

@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from launcher.rundir import links, snapshot  # noqa: E402
+from launcher.rundir import snapshot_links as links, snapshot  # noqa: E402
 
 JOB = 'entrypoint: "pkg000.mod000:main"\n'
 SCRIPT_JOB = "script: run.py\n"

@@ -21,16 +21,14 @@ from tests.helpers import ROOT
 ALLOWED: dict[str, set[str]] = {
     "submit": {"launcher.commands"},
     "launcher.__main__": {"launcher.commands"},  # `python -m launcher`: submit.py's twin, for wheels
-    "launcher.commands": {"launcher.request", "launcher.rundir", "launcher.cluster", "launcher.config",
-                          "launcher.node", "launcher.envcheck", "trainer.config", "trainer.runners"},
-    "launcher.request": {"launcher.rundir", "launcher.cluster", "launcher.config", "launcher.node",
-                         "launcher.torchrun", "launcher.submitit_private", "trainer.config"},
-    "launcher.torchrun": {"launcher.node", "launcher.submitit_private", "launcher.cluster", "launcher.rundir",
-                          "trainer.config", "trainer.distributed", "trainer.rank", "trainer.runners"},
-    "launcher.node": {"launcher.submitit_private", "trainer.config", "trainer.distributed", "trainer.rank",
-                      "trainer.runners"},
+    "launcher.commands": {"launcher.request", "launcher.remote", "launcher.rundir", "launcher.cluster", "launcher.config",
+                          "launcher.node", "trainer.config", "trainer.runners"},
+    "launcher.request": {"launcher.remote", "launcher.rundir", "launcher.cluster", "launcher.config", "launcher.node",
+                         "launcher.submitit_private", "trainer.config", "trainer.runners"},
+    "launcher.remote": {"launcher.rundir", "launcher.cluster", "launcher.config", "trainer.config"},
+    "launcher.node": {"launcher.submitit_private", "launcher.cluster", "launcher.rundir", "trainer.config",
+                      "trainer.distributed", "trainer.rank", "trainer.runners"},
     "launcher.submitit_private": set(),
-    "launcher.envcheck": set(),  # runs in the nodes' bare interpreter: the standard library only
     "launcher.rundir": {"launcher.cluster", "launcher.config", "trainer.config", "trainer.rank"},
     "launcher.cluster": {"trainer.config", "trainer.distributed"},
     "launcher.config": {"trainer.config", "trainer.runners"},

@@ -307,8 +307,8 @@ def test_the_project_hash_follows_contents_and_the_dry_run_shows_the_project_rsy
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """In-process: remembered per-file hashes (by size, mtime, inode) never hide an edit, and an
     unchanged project keeps its address; --dry-run's lines name the project's rsync."""
-    from launcher.cluster.ssh import Connection
-    from launcher.commands import remote, remote_sync
+    from launcher.remote.connection import Connection
+    from launcher.remote import transport as remote, remote_sync
     from launcher.config.profile import Profile
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))

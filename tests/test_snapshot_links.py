@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.rundir import links, snapshot
+from launcher.rundir import snapshot_links as links, snapshot
 
 OLD = "X = 'old'\n"
 

@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from launcher.commands import relay
+from launcher.request import echo as relay
 from launcher.commands.console import EXIT_BAD_INPUT, EXIT_FAILED, ArgumentParser, error_line, one_line
 from launcher.request.errors import PartiallySubmitted
 from trainer.config.schema import ConfigError
@@ -26,7 +26,7 @@ COMMANDS = {
     "probe": "probe:main", "list-profiles": "catalog:list_profiles", "list-jobs": "catalog:list_jobs",
     "show": "catalog:show", "watch": "watch:main",
 }
-# A new run's --dry-run only plans (launcher.commands.plan): it never loads the sending code.
+# A new run's --dry-run only plans (launcher.request.plan): it never loads the sending code.
 SUBMIT, PREVIEW, RESUME = "submit:submit", "plan:preview", "resume:resume"
 
 
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     # local processes and SLURM jobs it starts, which inherit the umask) is private to the user.
     os.umask(0o077)
     try:
-        # A run recorded by a submission over SSH is operated on the cluster side (launcher.commands.remote).
+        # A run recorded by a submission over SSH is operated on the cluster side (launcher.remote.transport).
         if (argv[:1] and argv[0] in ("status", "logs", "cancel", "watch") or "--resume" in argv) and (
                 (code := load("remote_runs:relayed")(argv)) is not None):
             return code

@@ -249,7 +249,7 @@ def list_runs(argv: list[str]) -> int:
             rows.append(_list_row(run_dir))
         except (OSError, ValueError, KeyError, TypeError) as err:  # ConfigError is a ValueError
             rows.append({"run": run_dir.name, "state": f"unreadable ({err})"})
-    from launcher.commands.remote_runs import with_records  # runs submitted over SSH: their local records
+    from launcher.remote.record import with_records  # runs submitted over SSH: their local records
 
     rows = with_records(rows, where, args.n)
     if args.json:

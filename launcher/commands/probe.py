@@ -4,7 +4,7 @@ that checks the nodes' interpreter and prints, for every rank, its node, local r
 
 Run it once per environment: a new profile, a new `python`, `container` or `setup`, or a job that
 imports packages of its own (`--job`). Each task first looks up what the tool needs on a node
-(submitit, torch, yaml, numpy; launcher.envcheck) and, with `--job`, the job's own top-level imports
+(submitit, torch, yaml, numpy; launcher.node.envcheck) and, with `--job`, the job's own top-level imports
 (its entrypoint's module or its script, and the built-in recipe's dataset library), in the profile's
 interpreter or container; every package not installed is named in one `error:` line. It also shows
 whether the scheduler accepts the request, how ranks are spread over nodes, which MASTER_ADDR they
@@ -22,7 +22,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from launcher.cluster.said import last_line
+from launcher.cluster.failures import last_line
 from launcher.cluster.slurm import limits
 from launcher.commands.console import EXIT_FAILED, EXIT_OK, ArgumentParser
 from launcher.config.resolve import load_profile, parse_overrides, resolve
@@ -49,7 +49,7 @@ def parser() -> ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
-    from launcher.node import GPU_VARIABLES  # imports submitit: only when probing, not for --help
+    from launcher.node.task import GPU_VARIABLES  # imports submitit: only when probing, not for --help
     if any(not s.startswith("profile.") for s in args.sets):
         raise ConfigError("--set: the probe takes only profile.KEY=VALUE overrides")
     profile, source = load_profile(args.profile, parse_overrides(args.sets)["profile"])
@@ -63,9 +63,9 @@ def main(argv: list[str]) -> int:
         limits.check(sub.request, profile.max_array_size, source)
     reports_dir = run_dir / "environment"
     # The check goes in front of submitit's own start-up, in the same interpreter or container
-    # (launcher.envcheck): it must run where submitit itself may be missing.
+    # (launcher.node.envcheck): it must run where submitit itself may be missing.
     python = sub.python or shlex.quote(sys.executable)
-    checked = f"{python} -m launcher.envcheck --report {shlex.quote(str(reports_dir))} " + \
+    checked = f"{python} -m launcher.node.envcheck --report {shlex.quote(str(reports_dir))} " + \
         " ".join(shlex.quote(m) for m in modules) + " --exec"
     sub = dataclasses.replace(sub, python=checked)
     # The one sending path, with the probe in place of training (in the torchrun shape: under torchrun).
@@ -107,7 +107,7 @@ def read_reports(folder: Path) -> list[dict]:
 
 def failure(source: str, reports_dir: Path, job_id: str, err: Exception) -> str:
     """One line: every package some task could not import, where; else the job's own last words."""
-    from launcher.envcheck import missing_line
+    from launcher.node.envcheck import missing_line
 
     reports = [r for r in read_reports(reports_dir) if r.get("missing")]
     if not reports:

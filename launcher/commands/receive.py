@@ -1,4 +1,4 @@
-"""The cluster side of a submission over SSH (launcher.commands.remote; docs/remote.md), run there
+"""The cluster side of a submission over SSH (launcher.remote.transport; docs/remote.md), run there
 by `python3 -c` from the synced code: `PYTHONPATH=REMOTE_DIR/code/<hash>`."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def main(argv: list[str]) -> int:
     import yaml
 
     from launcher.commands.main import main as tool
-    from launcher.rundir import layout, links, snapshot
+    from launcher.rundir import layout, snapshot_links as links, snapshot
 
     spec_file = Path(argv[0]).resolve()
     spec = json.loads(spec_file.read_text())

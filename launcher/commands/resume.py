@@ -19,9 +19,9 @@ from typing import Any
 
 from launcher.cluster.jobids import base_id
 from launcher.commands.console import EXIT_OK, emit, relative
-from launcher.commands.plan import Plan, plan_submission
+from launcher.request.plan import Plan, plan_submission
 from launcher.commands.submit import execute
-from launcher.commands.waiting import wait_for_sweep
+from launcher.request.waiting import wait_for_sweep
 from launcher.config.profile import PROFILE_FILES, Profile
 from launcher.config.resolve import parse_overrides, profile_overrides, runs_dir
 from launcher.request.submission import Point, Submission

@@ -1,7 +1,7 @@
 """`submit.py [--profile P] [--job J]`: the second half of the one path every submission takes (a
 new run, or `--resume`): plan -> check -> dry-run or send -> report.
 
-`execute` runs the same check (launcher.commands.plan: local, then the live SLURM preflight, which
+`execute` runs the same check (launcher.request.plan: local, then the live SLURM preflight, which
 `--dry-run` may skip where the cluster cannot be asked) and the same sending for both kinds, so they
 cannot drift apart. A new run's `--dry-run` does not come here (plan.preview), so it never loads the
 sending and waiting code.
@@ -14,7 +14,7 @@ from typing import Any
 
 from launcher.cluster import jobids
 from launcher.commands.console import EXIT_OK, emit, relative
-from launcher.commands.plan import Plan, array_chunk, dry_run, new_run
+from launcher.request.plan import Plan, array_chunk, dry_run, new_run
 from launcher.rundir import layout
 
 
@@ -22,7 +22,7 @@ class NewRun(Plan):
     """A new run's plan: after sending, wait for it (a waiting profile) or say where it went."""
 
     def report(self, jobs: list[Any], as_json: bool) -> int:
-        from launcher.commands import waiting
+        from launcher.request import waiting
 
         sub = self.sub
         if sub.profile.waits:
@@ -60,8 +60,8 @@ def execute(plan: Plan, args: argparse.Namespace) -> int:
 
 def submit(args: argparse.Namespace, argv: list[str]) -> int:
     sub, source = new_run(args)
-    if sub.profile.login:  # over SSH: the cluster side queues it (launcher.commands.remote)
-        from launcher.commands import remote
+    if sub.profile.login:  # over SSH: the cluster side queues it (launcher.remote.transport)
+        from launcher.remote import transport as remote
         from launcher.config.resolve import job_data
 
         return remote.submit(sub, args, job_data(args.job, args.sets), source)

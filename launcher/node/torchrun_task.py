@@ -1,5 +1,5 @@
 """The `launch: torchrun` shape on the node: one SLURM task per node runs torchrun, whose processes
-are the ranks (`python -m launcher.torchrun SPEC` each: the same dispatcher as the tasks shape).
+are the ranks (`python -m launcher.node.torchrun_task SPEC` each: the same dispatcher as the tasks shape).
 
 How the guarantees hold here:
 - Ranks and rendezvous: torchrun's variables (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT,
@@ -35,7 +35,7 @@ from typing import Any
 from submitit.helpers import Checkpointable
 
 from launcher import submitit_private
-from launcher.cluster.slurm import torchrun as torchrun_cmd
+from launcher.node import torchrun_command as torchrun_cmd
 from launcher.rundir.outcomes import RANK_NODES, SYMPTOMS
 from trainer.config.job import JobConfig, RunSettings
 
@@ -109,7 +109,7 @@ class TorchrunProbe:
         self.nproc = nproc
 
     def __call__(self) -> list[dict[str, Any]]:
-        from launcher.node import private_and_coreless
+        from launcher.node.task import private_and_coreless
 
         private_and_coreless()
         here = _NodeTask.here()
@@ -134,7 +134,7 @@ class TorchrunTask(Checkpointable):
         self.run_root = run_root or settings.run_dir
 
     def __call__(self) -> dict[str, Any]:
-        from launcher.node import TERMINATED_EXIT_CODE, SubmititRequeue, drop_stale_result, private_and_coreless
+        from launcher.node.task import TERMINATED_EXIT_CODE, SubmititRequeue, drop_stale_result, private_and_coreless
 
         private_and_coreless()
         drop_stale_result()
@@ -190,7 +190,7 @@ def worker(spec_path: str) -> int:
 
     from submitit.core.utils import JobPaths
 
-    from launcher.node import TrainTask, private_and_coreless
+    from launcher.node.task import TrainTask, private_and_coreless
     from trainer.rank.stopping import StopRequested, StopSignals
     from trainer.runners import dispatch
 
@@ -204,7 +204,7 @@ def worker(spec_path: str) -> int:
         os.dup2(out, fd)
         os.close(out)
     if spec.get("probe"):  # `submit.py probe`: report, do not train (TorchrunProbe)
-        from launcher.node import probe_task
+        from launcher.node.task import probe_task
 
         node_id = os.environ.get("SLURM_NODEID", "0")
         (Path(spec["results"]) / f"probe-{node_id}-{rank}.json").write_text(json.dumps(probe_task()))

@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from launcher.cluster.ssh import Connection, connection_error
+from launcher.remote.connection import Connection, connection_error
 from launcher.commands.console import EXIT_BAD_INPUT, error_line
-from launcher.rundir import shapes
+from launcher.rundir import record_types as shapes
 from trainer.config.schema import ConfigError
 
 RECORD = "remote.json"
@@ -41,7 +41,7 @@ _RELAYED_FIELDS = ("login", "remote_run_dir", "remote_dir", "code", "python")
 
 
 def checked_record(folder: Path, fields: tuple[str, ...] = _RELAYED_FIELDS) -> dict[str, Any]:
-    """A remote.json whose fields a relayed command reads (launcher.rundir.shapes), else a ConfigError
+    """A remote.json whose fields a relayed command reads (launcher.rundir.record_types), else a ConfigError
     naming the file and the field: an edited or broken record is one `error:` line, not a KeyError."""
     record = read_record(folder) or {}
     path = folder / RECORD

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from launcher.cluster.ssh import Connection
+from launcher.remote.connection import Connection
 from trainer.config import project
 from trainer.config.lookup import CODE_ROOT
 

@@ -1,12 +1,12 @@
 """Submitting a run on a cluster reached over SSH (profile `login:`; docs/remote.md).
 
 The laptop plans and checks the submission as always, then: a preflight over the one shared
-connection (launcher.cluster.ssh) that also asks which content-addressed folders of the code and
+connection (launcher.remote.connection) that also asks which content-addressed folders of the code and
 the project are there already, the missing ones rsynced from where they are (launcher.commands.
 remote_sync), and the same tool run there from that folder, where the login environment reaches
 SLURM. So every SLURM command of a run (sbatch through submitit, squeue, sacct, scontrol, scancel)
 runs on the cluster side through launcher.cluster.slurm.env, as on a login node; none runs here.
-The laptop keeps a small record per run (launcher.commands.remote_runs), written before the remote
+The laptop keeps a small record per run (launcher.remote.record), written before the remote
 side queues anything.
 """
 
@@ -23,18 +23,18 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from launcher.cluster.ssh import Connection, connection_error, remote_path
+from launcher.remote.connection import Connection, connection_error, remote_path
 from launcher.commands.console import EXIT_BAD_INPUT, error_line
-from launcher.commands.remote_runs import checked_record, read_record, write_record
-from launcher.commands.remote_sync import project_job, project_listing, sync_listing, sync_project, tool_listing
+from launcher.remote.record import checked_record, read_record, write_record
+from launcher.remote.sync import project_job, project_listing, sync_listing, sync_project, tool_listing
 from launcher.config.profile import Profile
 from trainer.config.schema import ConfigError
 
-# Run on the cluster side from the synced code (launcher.commands.cluster_side).
+# Run on the cluster side from the synced code (launcher.commands.receive).
 MISSING = "missing: "
 # The modules are imported first: where they are missing, one marker line (preflight_problem), exit 3.
 _SUBMIT_BOOT = ("import sys\ntry:\n import submitit, yaml\nexcept ImportError:\n print('missing: modules')\n"
-                " sys.exit(3)\nfrom launcher.commands.cluster_side import main;sys.exit(main(sys.argv[1:]))")
+                " sys.exit(3)\nfrom launcher.commands.receive import main;sys.exit(main(sys.argv[1:]))")
 
 
 def interpreter(profile: Profile) -> str:

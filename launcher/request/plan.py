@@ -118,7 +118,7 @@ def preview(args: argparse.Namespace, argv: list[str]) -> int:
     sub, source = new_run(args)
     plan = Plan(sub, source, argv)
     if sub.profile.login:  # over SSH: never connects; shows the ssh and rsync lines instead
-        from launcher.commands.remote import dry_run_lines
+        from launcher.remote.transport import dry_run_lines
 
         print(dry_run_lines(sub.profile, sub.project_root), end="", flush=True)
         return dry_run(plan, args.json, None)
@@ -126,7 +126,7 @@ def preview(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def _job_ids_of(run_dir: Path, login: str = "") -> list[str]:
-    from launcher.commands.remote_runs import RECORD, read_record
+    from launcher.remote.record import RECORD, read_record
 
     if (remote := read_record(run_dir) if (run_dir / RECORD).is_file() else None) is not None:
         # Submitted over SSH: its ids as recorded here (the cluster side depends on its own run folder).

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.cluster.jobids import distinct_bases
-from launcher.cluster.said import one_line
+from launcher.cluster.failures import one_line
 from launcher.cluster.slurm.env import slurm_env
 from launcher.request.errors import PartiallySubmitted, SubmissionRefused
 from launcher.request.executor import check_script, make_executor
@@ -48,7 +48,7 @@ def submission_environment(slurm_conf: str, search_path: list[str] | None = None
 
     `local`: the local executor, which sets CUDA_VISIBLE_DEVICES itself: the caller's is passed on
     beside it for the tasks to put back (launcher.node.restore_caller_gpus)."""
-    from launcher.node import remember_caller_gpus  # (imports submitit: only when something is sent)
+    from launcher.node.task import remember_caller_gpus  # (imports submitit: only when something is sent)
 
     saved, cwd = dict(os.environ), os.getcwd()
     os.environ.clear()
@@ -82,10 +82,10 @@ def send(sub: Submission, chunk_size: int | None = None,
     part-way leaves a run folder that knows what was queued. If sbatch refuses the first job,
     nothing is queued: the run folder is removed again and the refusal is a SubmissionRefused
     carrying sbatch's own message."""
-    from launcher.node import TrainTask  # submitit only when something is sent
+    from launcher.node.task import TrainTask  # submitit only when something is sent
 
     if sub.profile.launch == "torchrun":  # one task per node runs torchrun (launcher/torchrun.py)
-        from launcher.torchrun import TorchrunTask
+        from launcher.node.torchrun_task import TorchrunTask
 
         calls = [TorchrunTask(t.job, t.settings, sub.profile.tasks_per_node, str(sub.run_dir)) for t in sub.tasks]
     else:
@@ -97,10 +97,10 @@ def send_probe(sub: Submission) -> Any:
     """Queue `submit.py probe` with `sub`'s request instead of training: `launcher.node.probe_task` on
     every task or, in the torchrun shape, on every rank the node's torchrun starts (each node task then
     returns a list of its ranks' reports)."""
-    from launcher.node import probe_task
+    from launcher.node.task import probe_task
 
     if sub.profile.launch == "torchrun":
-        from launcher.torchrun import TorchrunProbe
+        from launcher.node.torchrun_task import TorchrunProbe
 
         return _queue(sub, [TorchrunProbe(sub.profile.tasks_per_node)], None, None)[0]
     return _queue(sub, [probe_task], None, None)[0]

@@ -12,7 +12,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from launcher.cluster.slurm import sbatch, torchrun
+from launcher.cluster.slurm import sbatch
+from launcher.node import torchrun_command as torchrun
 from launcher.config.profile import Profile
 from launcher.rundir import snapshot
 from launcher.rundir.layout import log_dir, task_dir

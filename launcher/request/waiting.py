@@ -19,9 +19,9 @@ from typing import Any
 
 from launcher.cluster.local import LocalFailFast
 from launcher.cluster.slurm import accounting, srun
-from launcher.commands import relay as relay_settings
+from launcher.request import echo as relay_settings
 from launcher.commands.console import EXIT_FAILED, EXIT_OK, emit, overrides_text, relative
-from launcher.commands.relay import for_local_run as relay_logs
+from launcher.request.echo import for_local_run as relay_logs
 from launcher.request.submission import Submission
 from launcher.rundir import layout, plots, record, restarts, results
 from launcher.rundir.outcomes import RANK_NODES, Failure, error_text, failed_rank, root_cause_first

@@ -14,7 +14,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from launcher.cluster.said import last_line
+from launcher.cluster.failures import last_line
 from launcher.rundir.layout import job_files, job_log_dir, result_pickle_names
 from trainer.config.schema import ConfigError
 
@@ -24,7 +24,7 @@ SYMPTOMS = ("timed out", "Timeout", "Connection closed", "Connection reset", "Br
 
 Failure = tuple[int, str, str]  # (rank, one-line error, full text)
 
-# How a `launch: torchrun` node task names the rank that failed under it (launcher.torchrun.RankFailed):
+# How a `launch: torchrun` node task names the rank that failed under it (launcher.node.torchrun_task.RankFailed):
 # submitit keys a job's results by SLURM task, which in that shape is a node, not a rank.
 _RANK_FAILED = re.compile(r"^(?:[\w.]+\.)?RankFailed: rank (\d+) failed", re.MULTILINE)
 

@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from launcher.config.profile import slurm_conf_file
-from launcher.rundir import shapes
+from launcher.rundir import record_types as shapes
 from launcher.rundir.layout import (
     FAILURE_FILE,
     JOB_FILE,
@@ -51,7 +51,7 @@ def read_json(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: not a record the submitter writes (JSON nested too deeply)") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a JSON object, got {type(data).__name__}")
-    # Each record's fields checked against their one shape (launcher.rundir.shapes), whoever reads it.
+    # Each record's fields checked against their one shape (launcher.rundir.record_types), whoever reads it.
     return shapes.check(path, data, _SHAPES.get(path.name, {}))
 
 
@@ -191,7 +191,7 @@ class RunInfo:
 
 
 def load_run(run_dir: Path) -> RunInfo:
-    """A run folder's run.json, every field the commands read checked (launcher.rundir.shapes)."""
+    """A run folder's run.json, every field the commands read checked (launcher.rundir.record_types)."""
     return RunInfo(run_dir, shapes.run_record(run_dir / RUN_FILE, read_record(run_dir)))
 
 

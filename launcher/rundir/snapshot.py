@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from launcher.rundir import links
+from launcher.rundir import snapshot_links as links
 from launcher.rundir.layout import RUN_FILE
 from trainer.config.lookup import CODE_ROOT
 from trainer.config.schema import ConfigError
@@ -66,7 +66,7 @@ class Survey:
     @property
     def stamps(self) -> dict[str, tuple[int, int, int]]:
         """Each file's (size, mtime_ns, inode) as listed: a submission over SSH hashes by them
-        (launcher.commands.remote_sync) without a second lstat per file."""
+        (launcher.remote.sync) without a second lstat per file."""
         return {name: (e[0], e[1], e[3]) for name, e in self.stats.items()}
 
 

@@ -27,7 +27,7 @@ from typing import Any
 from launcher.cluster import local
 from launcher.cluster.slurm.accounting import REQUEUED_AFTER, SchedulerRecord, sacct_records, squeue_records
 from launcher.cluster.slurm.env import slurm_env
-from launcher.rundir import restarts, shapes
+from launcher.rundir import record_types as shapes, restarts
 from launcher.rundir.layout import FAILURE_FILE, RESULT_FILE, job_files, log_name
 from launcher.rundir.outcomes import failure_of, read_outcomes
 from launcher.rundir.record import RunInfo, read_optional

@@ -1,0 +1,1 @@
+"""The SSH transport."""
