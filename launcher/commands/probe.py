@@ -49,7 +49,7 @@ def parser() -> ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
-    from launcher.node.task import GPU_VARIABLES  # imports submitit: only when probing, not for --help
+    from launcher.node.placement import GPU_VARIABLES  # imports submitit: only when probing, not for --help
     if any(not s.startswith("profile.") for s in args.sets):
         raise ConfigError("--set: the probe takes only profile.KEY=VALUE overrides")
     profile, source = load_profile(args.profile, parse_overrides(args.sets)["profile"])

@@ -1,5 +1,6 @@
 """The `launch: torchrun` shape on the node: one SLURM task per node runs torchrun, whose processes
-are the ranks (`python -m launcher.node.torchrun_task SPEC` each: the same dispatcher as the tasks shape).
+are the ranks (`python -m launcher.node.torchrun_worker SPEC` each: the same dispatcher as the tasks
+shape); this module is that node task (`TorchrunTask`) and the probe in this shape (`TorchrunProbe`).
 
 How the guarantees hold here:
 - Ranks and rendezvous: torchrun's variables (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT,
@@ -10,7 +11,7 @@ How the guarantees hold here:
 - Stops: the stop signal is ignored by the agent (an ignored disposition survives exec, so the agent
   is not killed by USR2) and caught by the workers, which stop together at a step boundary; rank 0
   checkpoints and leaves a note; node task 0 then asks submitit to requeue (its countdown, its
-  `scontrol requeue`), as `launcher.node.SubmititRequeue` does in the tasks shape. A signal that comes
+  `scontrol requeue`), as `launcher.node.task.SubmititRequeue` does in the tasks shape. A signal that comes
   before the workers catch it (torchrun and torch take seconds, more on a loaded node; SLURM sends
   the time-limit signal once) is caught by this process, which leaves a flag (`stop_flag`); each
   worker reads it once its handlers are in and stops as if signalled.
@@ -28,16 +29,17 @@ import pickle
 import signal
 import subprocess
 import sys
-import traceback
 from pathlib import Path
 from typing import Any
 
 from submitit.helpers import Checkpointable
 
 from launcher import submitit_private
-from launcher.node import torchrun_command as torchrun_cmd
-from launcher.rundir.outcomes import RANK_NODES, SYMPTOMS
+from launcher.cluster.failures import is_symptom
+from launcher.node import torchrun_command
+from launcher.node.task import TERMINATED_EXIT_CODE, SubmititRequeue, drop_stale_result, private_and_coreless
 from trainer.config.job import JobConfig, RunSettings
+from trainer.runners.envelope import RANK_NODES
 
 RESULTS_DIR = "torchrun"
 
@@ -94,7 +96,7 @@ class _NodeTask:
         with open(path, "wb") as out:
             pickle.dump({**spec, "results": str(self.results), "folder": self.folder,
                          "job_id": self.submitit_job_id}, out)
-        cmd = torchrun_cmd.command(sys.executable, len(self.nodes), nproc, self.nodes[0],
+        cmd = torchrun_command.command(sys.executable, len(self.nodes), nproc, self.nodes[0],
                                    environment.port_for_job(self.job_id), self.job_id, str(path), self.node_id == 0)
         print(f"[torchrun] node {self.node_id} ({self.nodes[self.node_id]}): {' '.join(cmd)}", flush=True)
         return cmd
@@ -103,14 +105,12 @@ class _NodeTask:
 class TorchrunProbe:
     """`submit.py probe` in this shape: the node's torchrun starts its `nproc` workers as for training
     (the same worker, torchrun's own LOCAL_RANK and the node task's GPUs), and each reports with
-    `launcher.node.probe_task`, the tasks shape's probe. Returns this node's ranks' reports."""
+    `launcher.node.placement.probe_task`, the tasks shape's probe. Returns this node's ranks' reports."""
 
     def __init__(self, nproc: int) -> None:
         self.nproc = nproc
 
     def __call__(self) -> list[dict[str, Any]]:
-        from launcher.node.task import private_and_coreless
-
         private_and_coreless()
         here = _NodeTask.here()
         code = subprocess.run(here.command(self.nproc, {"probe": True}), check=False).returncode
@@ -134,8 +134,6 @@ class TorchrunTask(Checkpointable):
         self.run_root = run_root or settings.run_dir
 
     def __call__(self) -> dict[str, Any]:
-        from launcher.node.task import TERMINATED_EXIT_CODE, SubmititRequeue, drop_stale_result, private_and_coreless
-
         private_and_coreless()
         drop_stale_result()
         here = _NodeTask.here()
@@ -176,67 +174,9 @@ class TorchrunTask(Checkpointable):
         # The cause first: peers of a dead rank fail too, on closed connections, sometimes sooner
         # than the dead rank has written its note (its own teardown closes those connections).
         failed = sorted((r for r in ranks.items() if r[1].get("error")),
-                        key=lambda r: (any(s in r[1]["error"] for s in SYMPTOMS), r[1].get("time", 0)))
+                        key=lambda r: (is_symptom(r[1]["error"]), r[1].get("time", 0)))
         if failed:
             rank, info = failed[0]
             raise RankFailed(f"rank {rank} failed: {info['error']}\n{info.get('traceback', '')}")
         raise RuntimeError(f"torchrun on node {nodes[node_id]} exited with status {code} (a rank on another node "
                            f"failed, or one was killed: see `logs --rank`)")
-
-
-def worker(spec_path: str) -> int:
-    """One rank under torchrun: its logs, the stop protocol, the job, its note for the node's task."""
-    import time
-
-    from submitit.core.utils import JobPaths
-
-    from launcher.node.task import TrainTask, private_and_coreless
-    from trainer.rank.stopping import StopRequested, StopSignals
-    from trainer.runners import dispatch
-
-    private_and_coreless()
-    with open(spec_path, "rb") as f:
-        spec = pickle.load(f)
-    rank = int(os.environ["RANK"])
-    log = JobPaths(spec["folder"], job_id=spec["job_id"], task_id=rank)
-    for fd, path in ((1, log.stdout), (2, log.stderr)):
-        out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        os.dup2(out, fd)
-        os.close(out)
-    if spec.get("probe"):  # `submit.py probe`: report, do not train (TorchrunProbe)
-        from launcher.node.task import probe_task
-
-        node_id = os.environ.get("SLURM_NODEID", "0")
-        (Path(spec["results"]) / f"probe-{node_id}-{rank}.json").write_text(json.dumps(probe_task()))
-        return 0
-    settings: RunSettings = spec["settings"]
-    stops = StopSignals(settings.stop_signal)
-    stops.install()
-    if stop_flag(Path(spec["results"]), int(os.environ.get("SLURM_NODEID", "0"))).exists():
-        stops.raise_requeue_signal()  # it came while this process still ignored it
-    note = Path(spec["results"]) / f"rank-{rank}.json"
-    TrainTask(spec["job"], settings).announce(settings)  # the attempt's banner in this rank's log
-    where = {"node": int(os.environ.get("SLURM_NODEID", "0")), "local_rank": int(os.environ["LOCAL_RANK"])}
-
-    def wants_requeue(name: str) -> dict[str, Any]:  # rank 0: node task 0 asks submitit (module doc)
-        # The reason as node task 0 will decide it (submitit's rule, its clock), for the "stopped" event.
-        timed_out = spec["clock"] is not None and submitit_private.has_timed_out(spec["clock"])
-        return {"requeued": True, "exit_code": 3, "reason": "timeout" if timed_out else "preemption"}
-
-    try:
-        result = dispatch.run_job(spec["job"], settings, on_stop=wants_requeue, stops=stops)
-    except StopRequested as stop:
-        note.write_text(json.dumps({"stop": "requeue" if stop.requeued else "terminated", "step": stop.step}))
-        return 3
-    except BaseException as err:
-        note.write_text(json.dumps({"error": f"{type(err).__name__}: {err}", "time": time.time(),
-                                    "traceback": traceback.format_exc()}))
-        raise
-    finally:
-        stops.restore()
-    note.write_text(json.dumps({"result": {**result, "python": sys.executable}, **where}, default=str))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(worker(sys.argv[1]))

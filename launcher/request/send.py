@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.cluster.jobids import distinct_bases
-from launcher.cluster.failures import one_line
+from launcher.cluster.failures import joined_lines
 from launcher.cluster.slurm.env import slurm_env
 from launcher.request.errors import PartiallySubmitted, SubmissionRefused
 from launcher.request.executor import check_script, make_executor
@@ -97,7 +97,7 @@ def send_probe(sub: Submission) -> Any:
     """Queue `submit.py probe` with `sub`'s request instead of training: `launcher.node.probe_task` on
     every task or, in the torchrun shape, on every rank the node's torchrun starts (each node task then
     returns a list of its ranks' reports)."""
-    from launcher.node.task import probe_task
+    from launcher.node.placement import probe_task
 
     if sub.profile.launch == "torchrun":
         from launcher.node.torchrun_task import TorchrunProbe
@@ -148,7 +148,7 @@ def _queue(sub: Submission, calls: list[Callable[[], Any]], chunk_size: int | No
                 if on_queued is not None:
                     on_queued([str(j.job_id) for j in jobs])
     except Exception as err:  # noqa: BLE001 - sbatch's refusal or submitit's own failure mid-way
-        said, refused = one_line(str(err), type(err).__name__), _is_refusal(err)
+        said, refused = joined_lines(str(err), type(err).__name__), _is_refusal(err)
         if not refused:  # a refusal is quoted in the error we raise; anything else is shown as it came
             sys.stderr.write(held.getvalue())
         if jobs:

@@ -1,9 +1,5 @@
-"""How each rank of a job ended, from submitit's result pickles, and which failure is the cause.
-
-The failure shown first is the root cause: the rank that raised, or the rank that srun saw die
-first (killed, or exited with an error); its peers only die of the consequences (closed
-connections, collective timeouts, srun's kill-on-bad-exit) and are listed after it.
-"""
+"""How each rank of a job ended, from submitit's result pickles, and which failure is the cause
+(the one rule: launcher.cluster.failures.root_cause_first)."""
 
 from __future__ import annotations
 
@@ -14,22 +10,14 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from launcher.cluster.failures import last_line
+from launcher.cluster.failures import Failure, last_line, root_cause_first
 from launcher.rundir.layout import job_files, job_log_dir, result_pickle_names
 from trainer.config.schema import ConfigError
-
-# What a rank that died of a peer's failure reports.
-SYMPTOMS = ("timed out", "Timeout", "Connection closed", "Connection reset", "Broken pipe",
-            "killed", "SIGTERM", "has not completed", "UncompletedJobError", "ended without a result")
-
-Failure = tuple[int, str, str]  # (rank, one-line error, full text)
+from trainer.runners.envelope import RANK_NODES
 
 # How a `launch: torchrun` node task names the rank that failed under it (launcher.node.torchrun_task.RankFailed):
 # submitit keys a job's results by SLURM task, which in that shape is a node, not a rank.
 _RANK_FAILED = re.compile(r"^(?:[\w.]+\.)?RankFailed: rank (\d+) failed", re.MULTILINE)
-
-# The key under which a torchrun node task returns the nodes of its ranks, {rank: node}.
-RANK_NODES = "rank_nodes"
 
 
 def failed_rank(task: int, text: str) -> int:
@@ -45,20 +33,6 @@ def error_text(text: str, default: str = "error") -> tuple[str, str]:
     body = str(text).strip().split("\nYou can check full logs")[0]
     lines = "\n".join(line for line in body.splitlines() if not line.strip().startswith("-----"))
     return last_line(lines, default), str(text).strip()
-
-
-def root_cause_first(failures: list[Failure], first_dead: int | None = None) -> list[Failure]:
-    """Ranks that died of a peer's failure report timeouts or closed connections; show the cause first.
-
-    `first_dead` is the rank srun reported first (it outranks symptoms: a rank killed by a signal
-    leaves no traceback of its own)."""
-    def key(f: Failure) -> tuple[int, int]:
-        symptom = any(s in f[2] for s in SYMPTOMS)
-        if f[0] == first_dead:
-            return (1 if symptom else 0, f[0])
-        return (2 if symptom else 0, f[0])
-
-    return sorted(failures, key=key)
 
 
 def read_outcomes(run_dir: Path, job_id: str,

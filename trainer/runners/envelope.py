@@ -1,9 +1,9 @@
 """Where and how a rank ran, around the metrics it returns: the one shape of every rank's result.
 
 A function rank (trainer.runners.functions) and a script rank (trainer.runners.scripts) wrap their
-metrics the same way; the launcher's task adds which interpreter and code ran (launcher.node); the
+metrics the same way; the launcher's task adds which interpreter and code ran (launcher.node.task); the
 submitter shows these keys with `--json` and leaves them out of the metrics line
-(launcher.commands.waiting). No torch here.
+(launcher.commands.submit). No torch here.
 """
 
 from __future__ import annotations
@@ -15,6 +15,9 @@ from trainer.distributed.environment import DistEnv
 
 # The envelope's keys that are not metrics (world_size and wall_time_s are shown with the metrics).
 PLACE_KEYS = ("run_dir", "node", "rank", "master_addr", "threads", "resumed_from", "returncode", "python", "code")
+# The key under which a `launch: torchrun` node task returns where each of its ranks ran, {rank: node}
+# (submitit keys results by SLURM task, a node there): the submitter lists every rank's node from it.
+RANK_NODES = "rank_nodes"
 
 
 def envelope(metrics: dict[str, Any], env: DistEnv, run_dir: str, threads: int, started: float,
