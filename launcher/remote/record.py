@@ -1,142 +1,123 @@
-"""The runs submitted over SSH as this machine knows them (docs/remote.md): their local records
-(RUN/remote.json: name, profile, login, job ids, remote path), `list`'s rows from them (offline), and
-`status`, `logs`, `watch`, `cancel` and `--resume` of a recorded run relayed over the connection to
-the cluster side's copy of the tool, with the remote run folder."""
+"""The local record of a run submitted over SSH: `RUN/remote.json` on this machine (docs/remote.md),
+and its one typed reader.
+
+The record names where the run is (login, remote_dir, the remote run folder, the code's content
+address, the Python there) and what it queued (job ids). It is written before the cluster side
+queues anything and read back by `status`, `logs`, `watch`, `cancel`, `--resume` (relayed there:
+launcher.remote.relay), `--after` and `list`, possibly after an edit or by a hostile hand: every field
+is checked against its type where it is read (trainer.config.schema, as profiles are), so a record
+that does not fit is one ConfigError naming the file and the field (`job_ids: "4711"` is not three jobs).
+"""
 
 from __future__ import annotations
 
 import json
-import shlex
-import subprocess
-import sys
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from launcher.remote.connection import Connection, connection_error
-from launcher.commands.console import EXIT_BAD_INPUT, error_line
-from launcher.rundir import record_types as shapes
-from trainer.config.schema import ConfigError
+from launcher.cluster.jobids import distinct_bases
+from launcher.config import destination
+from launcher.config.resolve import runs_dir
+from trainer.config import values
+from trainer.config.schema import ConfigError, build, require
 
 RECORD = "remote.json"
-RELAYED = ("status", "logs", "cancel", "watch")
-# Options of the relayed commands that take a value (the RUN argument is the first other word).
-_VALUED = {"--profile", "--runs-dir", "--task", "--rank", "--attempt", "-n", "--interval"}
-_MAIN_BOOT = "import sys;from launcher.commands.main import main;sys.exit(main(sys.argv[1:]))"
 
 
-def write_record(local: Path, record: dict[str, Any]) -> None:
-    (local / RECORD).write_text(json.dumps(record, indent=1) + "\n")
+@dataclass
+class RemoteRun:
+    """What this machine knows of a run submitted over SSH."""
+
+    login: str
+    remote_dir: str  # as the preflight found it there (absolute)
+    remote_run_dir: str
+    name: str = ""  # the run folder's name, here and there ("": the record's folder's)
+    code: str = ""  # the content address of the tool's code there (REMOTE_DIR/code/<code>)
+    python: str = "python3"  # the cluster side's interpreter
+    profile: str = ""
+    job: str = ""
+    tasks: int = 1
+    created: float = 0.0
+    job_ids: list[str] = field(default_factory=list)
+    project: str = ""  # the synced project's folder there ("": a built-in job)
+
+    def __post_init__(self) -> None:
+        # Each of these reaches an ssh command line (quoted) or the terminal.
+        for key in ("name", "remote_dir", "remote_run_dir", "code", "python", "profile", "job", "project"):
+            problem = values.text(getattr(self, key))
+            require(problem is None, key, getattr(self, key), problem or "")
+        problem = destination.problem(self.login)
+        require(problem is None and self.login != "", "login", self.login, problem or "an ssh destination")
+        require(1 <= self.tasks, "tasks", self.tasks, "an integer >= 1")
+        for key in ("remote_dir", "remote_run_dir"):
+            require(getattr(self, key).startswith("/"), key, getattr(self, key), "an absolute folder on the cluster side")
+        for i, job_id in enumerate(self.job_ids):
+            require(job_id.replace("_", "").isdigit(), f"job_ids[{i}]", job_id, "a SLURM job id such as '123' or '123_4'")
 
 
-def read_record(folder: Path) -> dict[str, Any] | None:
-    try:
-        value = json.loads((folder / RECORD).read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):  # (UnicodeDecodeError is a ValueError)
-        return None
-    return value if isinstance(value, dict) else None
+def write(folder: Path, run: RemoteRun) -> None:
+    partial = folder / f".{RECORD}.tmp"
+    partial.write_text(json.dumps(asdict(run), indent=1) + "\n")
+    partial.replace(folder / RECORD)
 
 
-# What relaying a command reads of remote.json: each reaches the ssh command line (quoted).
-_RELAYED_FIELDS = ("login", "remote_run_dir", "remote_dir", "code", "python")
-
-
-def checked_record(folder: Path, fields: tuple[str, ...] = _RELAYED_FIELDS) -> dict[str, Any]:
-    """A remote.json whose fields a relayed command reads (launcher.rundir.record_types), else a ConfigError
-    naming the file and the field: an edited or broken record is one `error:` line, not a KeyError."""
-    record = read_record(folder) or {}
+def read(folder: Path) -> RemoteRun | None:
+    """The record in `folder`; None where there is none (a run folder of this machine, or no run)."""
     path = folder / RECORD
-    for key in fields:
-        if key not in record:
-            raise ConfigError(f"{path}: field '{key}' is missing (a record written by a submission over SSH has it)")
-    return shapes.check(path, record, {key: shapes.text for key in fields})
-
-
-def relayed(argv: list[str]) -> int | None:
-    """status/logs/watch/cancel/--resume of a run recorded here: run on the cluster side. None: not one."""
-    if argv and argv[0] in RELAYED:
-        words, at = argv[1:], None
-        skip = False
-        for i, word in enumerate(words):
-            if skip:
-                skip = False
-            elif word in _VALUED:
-                skip = True
-            elif not word.startswith("-"):
-                at = i
-                break
-        head, run = [argv[0]], at
-    elif "--resume" in argv and argv.index("--resume") + 1 < len(argv):
-        words, head, run = argv, [], argv.index("--resume") + 1
-    else:
+    if not path.is_file():
         return None
-    if run is None:
-        return None
-    folder = _record_folder(words[run], words)
-    if folder is None:
-        return None
-    record = checked_record(folder)
-    # --runs-dir: the cluster side has none of this machine's profiles to look runs up in.
-    rest = _without_runs_dir(words[:run] + [record["remote_run_dir"]] + words[run + 1:])
-    rest += ["--runs-dir", f"{record['remote_dir']}/runs"]
-    conn = Connection(record["login"])
-    command = (f"cd {shlex.quote(record['remote_dir'])} && PYTHONPATH=\"$PWD/code/{record['code']}\" exec "
-               f"{shlex.quote(record['python'])} -c {shlex.quote(_MAIN_BOOT)} {shlex.join(head + rest)}")
-    # `watch` on a terminal: one there too (ssh -t), so it redraws in place and reads `q`.
-    tty = head == ["watch"] and sys.stdin.isatty() and sys.stdout.isatty()
-    code = subprocess.run(conn.argv(command, tty=tty), check=False).returncode
-    if code == 255:
-        print(error_line(connection_error(record["login"], 255, "") or "ssh failed"), file=sys.stderr)
-        return EXIT_BAD_INPUT
-    return code
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as err:  # (UnicodeDecodeError is a ValueError)
+        raise ConfigError(f"{path}: not a record of a submission over SSH that can be read ({type(err).__name__})") \
+            from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    known = {f.name for f in fields(RemoteRun)}  # (a newer version's extra keys are not read)
+    return build(RemoteRun, {k: v for k, v in data.items() if k in known}, str(path))
 
 
-def _record_folder(word: str, words: list[str]) -> Path | None:
-    if read_record(Path(word)) is not None:
+def find(word: str, profile: str = "local", explicit_runs_dir: str | None = None) -> Path | None:
+    """The folder of the record that RUN (a path, or a name under the runs folder) names; None where
+    it names no record here (a run of this machine's, or none)."""
+    if (Path(word) / RECORD).is_file():
         return Path(word)
     if "/" in word:
         return None
     try:
-        from launcher.config.resolve import runs_dir
-
-        profile = words[words.index("--profile") + 1] if "--profile" in words[:-1] else "local"
-        explicit = words[words.index("--runs-dir") + 1] if "--runs-dir" in words[:-1] else None
-        folder = runs_dir(profile, explicit) / word
+        folder = runs_dir(profile, explicit_runs_dir) / word
     except (ConfigError, OSError):
         return None
-    return folder if read_record(folder) is not None else None
+    return folder if (folder / RECORD).is_file() else None
 
 
-def _without_runs_dir(words: list[str]) -> list[str]:
-    out, skip = [], False
-    for word in words:
-        if skip:
-            skip = False
-        elif word in ("--profile", "--runs-dir"):
-            skip = True
-        else:
-            out.append(word)
+def after_ids(folder: Path, login: str) -> list[str] | None:
+    """The job ids `--after RUN` depends on when RUN is a record here (None: it is not one); only a
+    submission through the same login may depend on it."""
+    run = read(folder)
+    if run is None:
+        return None
+    if run.login != login:
+        raise ConfigError(f"--after {folder}: that run was submitted over SSH to {run.login!r}; a run can depend on "
+                          f"it only through the same login (a profile with login: {run.login})")
+    if not run.job_ids:
+        raise ConfigError(f"--after {folder}: that run has no SLURM job id to depend on")
+    return distinct_bases(run.job_ids)
+
+
+def rows(where: Path) -> list[dict[str, Any]]:
+    """`list`'s rows for the runs recorded here (offline: what each record says)."""
+    out = []
+    for path in sorted(where.glob(f"*/{RECORD}"), reverse=True):
+        try:
+            run = read(path.parent)
+        except ConfigError as err:
+            out.append({"run": path.parent.name, "run_dir": str(path.parent), "state": f"unreadable ({err})"})
+            continue
+        assert run is not None
+        out.append({"run": run.name or path.parent.name, "run_dir": str(path.parent), "profile": run.profile, "job": run.job,
+                    "tasks": run.tasks, "created": run.created,
+                    "state": f"on {run.login} (job {','.join(run.job_ids) or '?'})",
+                    "remote_run_dir": run.remote_run_dir, "target_metric": "", "best": None})
     return out
-
-
-def with_records(rows: list[dict[str, Any]], where: Path, most: int) -> list[dict[str, Any]]:
-    """`list`'s rows with the runs recorded here merged in, newest first (as run_folders orders)."""
-    if not (recorded := record_rows(where)):
-        return rows
-    when = lambda r: r["created"] if isinstance(r.get("created"), (int, float)) else 0  # noqa: E731
-    return sorted(rows + recorded, key=lambda r: (when(r), str(r["run"])), reverse=True)[:max(0, most)]
-
-
-def record_rows(where: Path) -> list[dict[str, Any]]:
-    """`list`'s rows for the runs recorded here (offline: what the record says)."""
-    rows = []
-    for folder in sorted(where.glob(f"*/{RECORD}"), reverse=True):
-        if (record := read_record(folder.parent)) is not None:
-            recorded = record.get("job_ids")
-            ids = ",".join(str(i) for i in (recorded if isinstance(recorded, list) else [])) or "?"
-            rows.append({"run": record.get("name", folder.parent.name), "run_dir": str(folder.parent),
-                         "profile": record.get("profile", ""), "job": record.get("job", ""),
-                         "tasks": record.get("tasks", ""), "created": record.get("created"),
-                         "state": f"on {record.get('login')} (job {ids})", "remote_run_dir": record.get("remote_run_dir"),
-                         "target_metric": "", "best": None})
-    return rows
-

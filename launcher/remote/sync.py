@@ -1,8 +1,8 @@
 """What travels to the cluster side over SSH, by content (docs/remote.md): the content address of
 the tool's code and of your own project's files (remembered per file by size, mtime and inode, as
 git's index does, so an unchanged project costs stat calls, not reads), and their rsync, from where
-they are, into REMOTE_DIR/code/<address> and REMOTE_DIR/projects/<address> (the folder that stands
-in for your checkout there)."""
+they are, into REMOTE_DIR/code/<address> and REMOTE_DIR/projects/<address> (launcher.remote.layout).
+Which files travel is the snapshot's list (launcher.rundir.snapshot), given by the caller."""
 
 from __future__ import annotations
 
@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from launcher.remote import layout
 from launcher.remote.connection import Connection
-from trainer.config import project
-from trainer.config.lookup import CODE_ROOT
 
 RACY_S = 2.0
 
@@ -94,47 +93,33 @@ class Listing:
     address: str
     before: str  # the address of this project's previous submission ("": none)
 
-    def folders(self, kind: str = "projects") -> tuple[str, ...]:
+    kind: str = layout.PROJECTS  # where it goes under remote_dir: layout.CODE or layout.PROJECTS
+
+    def folders(self) -> tuple[str, ...]:
         """The folders under remote_dir the preflight asks about: this version's and the previous one's."""
-        return tuple(f"{kind}/{a}" for a in dict.fromkeys((self.address, self.before)) if a)
+        return tuple(layout.content(self.kind, a) for a in dict.fromkeys((self.address, self.before)) if a)
 
 
-def project_listing(sub: Any, source: str) -> Listing | None:
-    """The files a snapshot of your own project (an `entrypoint:`/`script:` job's root) would take
-    (git's list, .gitignore and snapshot_exclude honoured; the plan's own listing when it made one)
-    and their address. None: a built-in job."""
-    from launcher.rundir import snapshot
-
-    if not sub.project_root:
-        return None
-    root = Path(sub.project_root).resolve()
-    files = sub.project if sub.project is not None else snapshot.survey(
-        root, sub.profile.snapshot_exclude, sub.profile.snapshot_max_mb, source,
-        skip=[Path(sub.profile.runs_dir).expanduser().resolve()])
-    address, before = project_hash(root, files.files, known_stamps=files.stamps)
-    return Listing(root, files.files, address, before)
+def listing(root: Path, files: list[str], kind: str = layout.PROJECTS,
+            stamps: dict[str, tuple[int, int, int]] | None = None) -> Listing:
+    """`files` of `root` as they will travel, with their content address (`stamps`: the snapshot
+    listing's, made moments before by the same submission, spare the lstat calls)."""
+    address, before = project_hash(root, files, "code" if kind == layout.CODE else "project", stamps)
+    return Listing(root, files, address, before if kind == layout.PROJECTS else "", kind)
 
 
-def tool_listing() -> tuple[Listing, dict[str, Any]]:
-    """This tool's code as it will travel (the files a run's RUN/code copies, from where they are:
-    no local copy is made) and the snapshot note the cluster side writes for it (git's view)."""
-    from launcher.rundir import snapshot
-
-    files, git = snapshot.tool_files(CODE_ROOT)
-    address, _ = project_hash(CODE_ROOT, files, kind="code")
-    return Listing(CODE_ROOT, files, address, ""), {"from": str(CODE_ROOT), "files": len(files), **git}
-
-
-def sync_listing(conn: Connection, listing: Listing, found: set[str], remote_root: str, kind: str) -> tuple[str, int]:
-    """`listing` to REMOTE_DIR/<kind>/<content hash> (where it is, and how many files were sent). A
+def sync(conn: Connection, listing: Listing, found: set[str], remote_root: str) -> tuple[str, int]:
+    """`listing` to its content-addressed folder there (where it is, and how many files were sent). A
     folder there is complete or absent (rsynced into a partial one, then renamed), so one `found` by
     the preflight is whole and nothing is sent; a changed project is rsynced with the previous
     version's folder as --copy-dest (only the changed files travel)."""
-    where = f"{remote_root}/{kind}/{listing.address}"
-    if f"{kind}/{listing.address}" in found:
+    kind, address = listing.kind, listing.address
+    where = layout.under(remote_root, layout.content(kind, address))
+    if layout.content(kind, address) in found:
         return where, 0
-    previous = f"{remote_root}/{kind}/{listing.before}" if f"{kind}/{listing.before}" in found else ""
-    partial = f"{remote_root}/{kind}/.{listing.address}.{os.getpid()}.partial"
+    before = layout.content(kind, listing.before)
+    previous = layout.under(remote_root, before) if listing.before and before in found else ""
+    partial = layout.under(remote_root, layout.partial(kind, address, os.getpid()))
     sent = conn.rsync_files(listing.root, listing.files, partial, previous)
     # Another submitter may have completed the same folder meanwhile: theirs is as good.
     conn.run(f"mv -T {shlex.quote(partial)} {shlex.quote(where)} 2>/dev/null || rm -rf {shlex.quote(partial)}",
@@ -142,31 +127,3 @@ def sync_listing(conn: Connection, listing: Listing, found: set[str], remote_roo
     return where, sent
 
 
-def sync_project(conn: Connection, listing: Listing, found: set[str], remote_root: str,
-                 submit_dir: Path) -> dict[str, Any]:
-    """The project to REMOTE_DIR/projects/<content hash>, sent from where it is (sync_listing). On
-    the cluster side that folder stands in for your checkout (docs/remote.md)."""
-    where, sent = sync_listing(conn, listing, found, remote_root, "projects")
-    here, root = submit_dir.resolve(), listing.root
-    rel = here.relative_to(root) if project.inside(here, root) else None
-    return {"root": str(root), "dir": where, "hash": listing.address, "files": len(listing.files), "sent": sent,
-            "submit_dir": "" if rel is None else where if rel == Path(".") else f"{where}/{rel}"}
-
-
-def project_job(job_data: dict[str, Any], job: Any, synced: dict[str, Any]) -> dict[str, Any]:
-    """The job as the cluster side reads it: the project root, the job file's folder and the script
-    (made absolute by the check here) moved to their places in the synced project; a job file's
-    folder outside the project does not travel (the synced project root stands for it)."""
-    root, there = Path(synced["root"]), synced["dir"]
-
-    def moved(path: str) -> str | None:
-        where = Path(path).resolve()
-        if not project.inside(where, root):
-            return None
-        rel = where.relative_to(root)
-        return there if rel == Path(".") else f"{there}/{rel}"
-
-    data = {**job_data, "project_root": there, "code_dir": (job.code_dir and moved(job.code_dir)) or there}
-    if job.script and (script := moved(job.script)) is not None:
-        data["script"] = script
-    return data

@@ -47,7 +47,7 @@ def submission_environment(slurm_conf: str, search_path: list[str] | None = None
     `project_copy`: the run's copy of the project (trainer.config.project.SNAPSHOT_VAR).
 
     `local`: the local executor, which sets CUDA_VISIBLE_DEVICES itself: the caller's is passed on
-    beside it for the tasks to put back (launcher.node.restore_caller_gpus)."""
+    beside it for the tasks to put back (launcher.node.task.restore_caller_gpus)."""
     from launcher.node.task import remember_caller_gpus  # (imports submitit: only when something is sent)
 
     saved, cwd = dict(os.environ), os.getcwd()
@@ -55,7 +55,7 @@ def submission_environment(slurm_conf: str, search_path: list[str] | None = None
     os.environ.update(slurm_env(slurm_conf, saved))
     os.environ.update(extra or {})
     remember_caller_gpus(os.environ, local)
-    # The task unpickles launcher.node.TrainTask wherever it runs: make the project importable there
+    # The task unpickles launcher.node.task.TrainTask wherever it runs: make the project importable there
     # even when the submitter was started from another folder and the project is not installed.
     code = search_path or [str(CODE_ROOT)]
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (*code, os.environ.get("PYTHONPATH", "")) if p)
@@ -84,7 +84,7 @@ def send(sub: Submission, chunk_size: int | None = None,
     carrying sbatch's own message."""
     from launcher.node.task import TrainTask  # submitit only when something is sent
 
-    if sub.profile.launch == "torchrun":  # one task per node runs torchrun (launcher/torchrun.py)
+    if sub.profile.launch == "torchrun":  # one task per node runs torchrun (launcher.node.torchrun_task)
         from launcher.node.torchrun_task import TorchrunTask
 
         calls = [TorchrunTask(t.job, t.settings, sub.profile.tasks_per_node, str(sub.run_dir)) for t in sub.tasks]
@@ -94,7 +94,7 @@ def send(sub: Submission, chunk_size: int | None = None,
 
 
 def send_probe(sub: Submission) -> Any:
-    """Queue `submit.py probe` with `sub`'s request instead of training: `launcher.node.probe_task` on
+    """Queue `submit.py probe` with `sub`'s request instead of training: `launcher.node.placement.probe_task` on
     every task or, in the torchrun shape, on every rank the node's torchrun starts (each node task then
     returns a list of its ranks' reports)."""
     from launcher.node.placement import probe_task
@@ -129,8 +129,8 @@ def _queue(sub: Submission, calls: list[Callable[[], Any]], chunk_size: int | No
     holding = contextlib.redirect_stderr(held) if sub.executor == "slurm" else contextlib.nullcontext()
     copy = None
     if sub.profile.snapshot and sub.executor != "debug":  # debug runs in this process: its code is loaded
-        snapshot.ensure(sub.run_dir, sub.project, sub.submit_dir)
-        copy = str(snapshot.project_dir(sub.run_dir, sub.project_root)) if sub.project_root else None
+        snapshot.ensure(sub.run_dir, sub.project, sub.submit_dir, sub.code_root, sub.origin)
+        copy = str(snapshot.project_dir(sub.run_dir, sub.project_root, sub.code_root)) if sub.project_root else None
         if (sub.run_dir / RUN_FILE).is_file():
             update_record(sub.run_dir, code=snapshot.read_note(sub.run_dir))
     try:

@@ -74,9 +74,9 @@ def snapshot_dir(run_dir: Path) -> Path:
     return run_dir / SNAPSHOT_DIR
 
 
-def project_dir(run_dir: Path, project_root: str) -> Path:
-    """Where the run's copy of the project is (RUN/code when the project is this checkout)."""
-    same = project_root and Path(project_root).resolve() == CODE_ROOT.resolve()
+def project_dir(run_dir: Path, project_root: str, code_root: Path = CODE_ROOT) -> Path:
+    """Where the run's copy of the project is (RUN/code when the project is the tool's own checkout)."""
+    same = project_root and Path(project_root).resolve() == code_root.resolve()
     return snapshot_dir(run_dir) if same else run_dir / PROJECT_DIR
 
 
@@ -120,8 +120,10 @@ def survey(root: Path, excludes: list[str], max_mb: float, source: str, skip: li
 
 
 def ensure(run_dir: Path, project: Survey | None = None, submit_dir: Path | None = None,
-           code_root: Path = CODE_ROOT) -> Path:
-    """RUN/code (and RUN/project) with the code to run: the snapshot already there (--resume), else a new copy."""
+           code_root: Path = CODE_ROOT, origin: dict[str, Any] | None = None) -> Path:
+    """RUN/code (and RUN/project) with the code to run: the snapshot already there (--resume), else a new
+    copy of `code_root` (the tool) and `project`. `origin`: what the note also says of where each came
+    from ({"code": {...}, "project": {...}}: over SSH, the laptop's commit and folders)."""
     target = snapshot_dir(run_dir)
     if (target / NOTE_FILE).is_file():
         return target
@@ -142,8 +144,9 @@ def ensure(run_dir: Path, project: Survey | None = None, submit_dir: Path | None
     tool = {"from": str(code_root.resolve()), "files": len(files), "bytes": size, "linked": linked,
             "seconds": round(time.perf_counter() - start, 4), **git}
     if project is not None:
-        note["project"].update(root=str(project.root), submit_dir=str(submit_dir or Path.cwd()))
-    (partial / NOTE_FILE).write_text(json.dumps({**tool, **note}, indent=1) + "\n")
+        note["project"].update(root=str(project.root), submit_dir=str(submit_dir or Path.cwd()),
+                               **(origin or {}).get("project", {}))
+    (partial / NOTE_FILE).write_text(json.dumps({**tool, **(origin or {}).get("code", {}), **note}, indent=1) + "\n")
     for tree, files_of in manifest.items():
         (partial / links.MANIFEST.format(tree)).write_text(json.dumps(files_of, separators=(",", ":")))
     os.replace(partial, target)  # complete or absent: never a half-copied snapshot
@@ -172,7 +175,8 @@ def _copy(root: Path, files: list[str], dest: Path, tree: str, manifest: dict[st
     partial = dest.with_name(f".{dest.name}.partial") if rename else dest
     shutil.rmtree(partial, ignore_errors=True)
     os.makedirs(partial)
-    stats, at = (dict(listed.stats), listed.stat_at) if listed is not None else ({}, time.time())
+    # The listing's stats where it made them (on another machine, a listing over SSH has none: stat here).
+    stats, at = (dict(listed.stats), listed.stat_at) if listed is not None and listed.stats else ({}, time.time())
     lender = links.previous(dest.parent, root.resolve(), tree)
     linked, copied = links.plan(root, files, stats, lender)
     made: set[str] = set()
