@@ -21,18 +21,18 @@ from tests.helpers import ROOT
 ALLOWED: dict[str, set[str]] = {
     "submit": {"launcher.commands"},
     "launcher.__main__": {"launcher.commands"},  # `python -m launcher`: submit.py's twin, for wheels
-    "launcher.commands": {"launcher.request", "launcher.remote", "launcher.rundir", "launcher.cluster", "launcher.config",
-                          "launcher.node", "trainer.config", "trainer.runners"},
-    "launcher.request": {"launcher.remote", "launcher.rundir", "launcher.cluster", "launcher.config", "launcher.node",
+    "launcher.commands": {"launcher.request", "launcher.remote", "launcher.rundir", "launcher.node", "launcher.cluster",
+                          "launcher.config", "trainer.config", "trainer.runners"},
+    "launcher.request": {"launcher.remote", "launcher.rundir", "launcher.node", "launcher.cluster", "launcher.config",
                          "launcher.submitit_private", "trainer.config", "trainer.runners"},
-    "launcher.remote": {"launcher.rundir", "launcher.cluster", "launcher.config", "trainer.config"},
-    "launcher.node": {"launcher.submitit_private", "launcher.cluster", "launcher.rundir", "trainer.config",
-                      "trainer.distributed", "trainer.rank", "trainer.runners"},
-    "launcher.submitit_private": set(),
-    "launcher.rundir": {"launcher.cluster", "launcher.config", "trainer.config", "trainer.rank"},
+    "launcher.remote": {"launcher.cluster", "launcher.config", "trainer.config"},
+    "launcher.rundir": {"launcher.cluster", "launcher.config", "trainer.config", "trainer.rank", "trainer.runners"},
+    "launcher.node": {"launcher.cluster", "launcher.submitit_private", "trainer.config", "trainer.distributed",
+                      "trainer.rank", "trainer.runners"},
     "launcher.cluster": {"trainer.config", "trainer.distributed"},
     "launcher.config": {"trainer.config", "trainer.runners"},
-    "launcher.client": set(),
+    "launcher.submitit_private": set(),
+    "launcher.client": set(),  # it starts `python -m launcher`
     "launcher.devcluster": set(),  # a product tool that stands alone
     "trainer.__main__": {"trainer.config", "trainer.rank", "trainer.runners"},
     "trainer.runners": {"trainer.recipes", "trainer.rank", "trainer.distributed", "trainer.config"},

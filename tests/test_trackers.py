@@ -18,7 +18,7 @@ from tests.helpers import run_submit
 from trainer.config.job import JobConfig
 from trainer.config.schema import build as build_config
 from trainer.config.trackers import MlflowConfig, TrackerConfig, WandbConfig
-from trainer.rank.trackers import RunInfo, Trackers, derived_id
+from trainer.rank.trackers import TrackedRun, Trackers, derived_id
 
 os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
 os.environ.setdefault("WANDB_SILENT", "true")
@@ -32,7 +32,7 @@ def mlflow_runs(uri: str, experiment: str) -> list:
 
 
 def attempt(run_dir: Path, config: TrackerConfig, number: int, steps: range, outcome: str, **info) -> dict:
-    trackers = Trackers(run_dir, config, RunInfo("tracked", {"lr": 0.1, "model": {"width": 8}}, number,
+    trackers = Trackers(run_dir, config, TrackedRun("tracked", {"lr": 0.1, "model": {"width": 8}}, number,
                                                  f"job{number}", "local", commit="abc123", **info))
     ids = {name: run.run_id for name, run in trackers.runs.items()}
     for step in steps:
@@ -77,7 +77,7 @@ def test_a_sweep_is_one_group_with_the_swept_key_as_a_parameter(tmp_path: Path) 
     for task in sub.tasks:
         s = task.settings
         Path(s.run_dir).mkdir(parents=True)
-        Trackers(Path(s.run_dir), s.tracker, RunInfo("swept", {"lr": task.job.lr}, 1, "7_" + str(s.task), s.profile,
+        Trackers(Path(s.run_dir), s.tracker, TrackedRun("swept", {"lr": task.job.lr}, 1, "7_" + str(s.task), s.profile,
                                                       s.sweep, s.task, tuple(s.swept))).close("finished")
     _, runs = mlflow_runs(uri, "swept")
     assert len(runs) == 3

@@ -14,6 +14,7 @@ submitting: 0 ok, 2 bad input (nothing queued), 1 the probe failed (a package mi
 
 from __future__ import annotations
 
+import argparse
 import ast
 import dataclasses
 import importlib.util
@@ -37,7 +38,7 @@ DATASET_MODULES = {"digits": "sklearn", "cifar10": "torchvision"}
 OURS = ("trainer", "launcher", "tests", "__future__")
 
 
-def parser() -> ArgumentParser:
+def probe_parser() -> ArgumentParser:
     p = ArgumentParser(prog="submit.py probe", description=__doc__.split("\n\n")[0])
     p.add_argument("--profile", required=True, help="cluster profile: NAME in cluster_profiles/ or a path")
     p.add_argument("--job", help="also check this job's own imports on the nodes (NAME or path)")
@@ -47,8 +48,7 @@ def parser() -> ArgumentParser:
     return p
 
 
-def main(argv: list[str]) -> int:
-    args = parser().parse_args(argv)
+def probe(args: argparse.Namespace) -> int:
     from launcher.node.placement import GPU_VARIABLES  # imports submitit: only when probing, not for --help
     if any(not s.startswith("profile.") for s in args.sets):
         raise ConfigError("--set: the probe takes only profile.KEY=VALUE overrides")

@@ -106,7 +106,7 @@ def after_ids(folder: Path, login: str) -> list[str] | None:
     return distinct_bases(run.job_ids)
 
 
-def rows(where: Path) -> list[dict[str, Any]]:
+def _rows(where: Path) -> list[dict[str, Any]]:
     """`list`'s rows for the runs recorded here (offline: what each record says)."""
     out = []
     for path in sorted(where.glob(f"*/{RECORD}"), reverse=True):
@@ -121,3 +121,11 @@ def rows(where: Path) -> list[dict[str, Any]]:
                     "state": f"on {run.login} (job {','.join(run.job_ids) or '?'})",
                     "remote_run_dir": run.remote_run_dir, "target_metric": "", "best": None})
     return out
+
+
+def with_rows(rows: list[dict[str, Any]], where: Path, most: int) -> list[dict[str, Any]]:
+    """`list`'s rows with the runs recorded here merged in, newest first (as run_folders orders)."""
+    if not (recorded := _rows(where)):
+        return rows
+    when = lambda r: r["created"] if isinstance(r.get("created"), (int, float)) else 0  # noqa: E731
+    return sorted(rows + recorded, key=lambda r: (when(r), str(r["run"])), reverse=True)[:max(0, most)]

@@ -13,7 +13,6 @@ import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from launcher.remote import layout
 from launcher.remote.connection import Connection

@@ -1,50 +1,129 @@
-"""Planning a submission, and `--dry-run`: the first half of the one path every submission takes
-(a new run, or `--resume`): plan -> check -> dry-run or send -> report.
+"""Planning a submission: the first half of the one path every submission takes (a new run here or
+over SSH, `--resume`, and the cluster side of an SSH submission): plan -> check -> dry-run or send ->
+report (launcher.commands.submit.execute runs it; the verbs report).
 
-A plan is the submission as data plus what its run folder needs before and after sbatch. This
-module never sends: `submit.py --dry-run` of a new run loads only it (launcher.commands.main), so the
-preview users wait for most does not import the sending and waiting code (launcher.commands.submit,
-which sends through the same `array_chunk` check and shows a `--resume --dry-run` with `dry_run`).
+A plan is the submission as data plus what its run folder needs before and after sbatch. Nothing
+here sends at import time: `submit.py --dry-run` of a new run plans and shows, and never loads the
+sending and waiting code (launcher.request.send, .waiting; benchmarks/submitter.py measures it).
 """
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict, fields, is_dataclass
+from dataclasses import asdict, dataclass, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from launcher.cluster import jobids, preflights
-from launcher.commands.console import EXIT_OK, emit
+from launcher.cluster import preflights
 from launcher.config import checks
 from launcher.config.profile import Profile
-from launcher.config.resolve import resolve
-from launcher.request import executor
-from launcher.request.submission import Point, Submission, build, moved
+from launcher.config.resolve import Point, resolve
+from launcher.remote.record import after_ids
+from launcher.request.submission import Submission, build, moved
 from launcher.rundir import layout, record, snapshot
+from launcher.cluster.jobids import distinct_bases
 from trainer.config.job import JobConfig
 from trainer.config.schema import ConfigError
 
 
+@dataclass
+class Checked:
+    """What a submission is made of, resolved and checked on this machine: the profile, each task's
+    point, the run folder (here: a new run's, or the local record's over SSH), the --after job ids, the
+    ranks' working directory and your project's files (the snapshot's list; None: no project)."""
+
+    profile: Profile
+    points: list[Point]
+    run_dir: Path
+    is_sweep: bool
+    source: str  # the profile file, as errors name it
+    after: list[str]
+    submit_dir: Path
+    project: snapshot.Survey | None
+
+    def submission(self) -> Submission:
+        """The submission as it is queued from this machine."""
+        return build(self.profile, self.points, self.run_dir, self.is_sweep, self.after, self.submit_dir, self.project)
+
+
+def check(profile: Profile, points: list[Point], run_dir: Path, is_sweep: bool, source: str, after: str | None,
+          submit_dir: Path | None = None) -> Checked:
+    """The --after dependency and the checks this machine can make (new runs and --resume alike), before
+    anything is made: the run folder's parent, each job (where the run is queued from here, what only
+    the machine that runs it can see too: its data, its entrypoint's import, its trackers' libraries;
+    over SSH the cluster side checks those: launcher.commands.receive), and your project's snapshot.
+    `submit_dir`: the ranks' working directory (a new run: here; --resume: the run's own)."""
+    # `is not None`: `--after ''` names no run (refused), it does not drop the dependency.
+    if after is not None and profile.executor != "slurm":
+        raise ConfigError(f"--after {after}: dependencies need a slurm profile, not '{profile.executor}'")
+    if after is not None:
+        record.check_path("--after", after)
+    after_jobs = _job_ids_of(Path(after), profile.login) if after is not None else []
+    checks.check_writable_folder(run_dir.parent, "profile.runs_dir", "the run folder")
+    for p in points:
+        checks.check_here(profile, p.job, source, p.source)
+        if not profile.login:
+            checks.check_where_it_runs(profile, p.job, source, p.source)
+    root = next((p.job.project_root for p in points if p.job.project_root), "")
+    files = None
+    if root and profile.snapshot and profile.executor != "debug" and not snapshot.taken(run_dir):
+        # Listed (and the size cap checked) now, before the run folder exists: a refusal leaves nothing.
+        files = snapshot.survey(Path(root), profile.snapshot_exclude, profile.snapshot_max_mb, source,
+                                skip=[Path(profile.runs_dir).expanduser().resolve()])
+        for p in points:
+            checks.check_in_snapshot(p.job, files.files, p.source)
+    return Checked(profile, points, run_dir, is_sweep, source, after_jobs, submit_dir or Path.cwd(), files)
+
+
+def new_run(args: argparse.Namespace) -> Checked:
+    """`submit.py --profile P --job J [--set ...] [--after RUN]`, resolved and checked here."""
+    resolved = resolve(args.profile, args.job, args.sets, wait=args.wait)
+    profile = resolved.profile
+    run_dir = layout.new_run_dir(Path(profile.runs_dir), resolved.job.name, profile.name)
+    return check(profile, resolved.points, run_dir, resolved.is_sweep, resolved.profile_source, args.after)
+
+
 class Plan:
-    """A submission and its run folder's bookkeeping (a new run; `resume.ResumePlan` overrides)."""
+    """A submission sent from this machine and its run folder's bookkeeping: a new run (the verb's
+    `report`: launcher.commands.submit), or `--resume` (launcher.commands.resume overrides)."""
 
     def __init__(self, sub: Submission, source: str, argv: list[str]) -> None:
         self.sub, self.source, self.argv = sub, source, argv
 
     def heading(self) -> str:
+        """What a dry run says first."""
         return ""
 
+    def chunk(self, dry_run: bool) -> int | None:
+        """The live preflight of the submission's scheduler (launcher.cluster.preflights); the array size
+        per sbatch (None: one sbatch, or not SLURM). A dry run still shows the script where the cluster
+        cannot be asked (a laptop)."""
+        check_limits = preflights.scheduler_preflight(self.sub.executor)
+        if check_limits is None:
+            return None
+        return check_limits(self.sub.request, self.sub.profile.max_array_size, self.source, required=not dry_run,
+                            tasks=len(self.sub.tasks))
+
+    def send(self, chunk: int | None, as_json: bool) -> int:
+        """Queue it (launcher.request.send, loaded only now), then the verb's report."""
+        from launcher.request import send
+
+        self.prepare()
+        sub = self.sub  # (prepare may have moved it to a free run folder name)
+        jobs = send.send(sub, chunk, on_queued=self.record)
+        try:
+            return self.report(jobs, as_json)
+        finally:
+            if sub.executor != "slurm":
+                layout.drop_log_template(sub.run_dir)
+
     def prepare(self) -> None:
-        """Before sbatch: the run folder and what it must hold."""
-        while True:
-            try:
-                record.create(self.sub.run_dir, self.sub.describe(), ["submit.py", *self.argv])
-                break
-            except FileExistsError:  # another submitter made this name since we chose it
-                self.sub = moved(self.sub, layout.next_free(self.sub.run_dir))
+        """Before sbatch: the run folder (the first free name: another submitter may have taken this
+        one since it was chosen) and what it must hold."""
+        claimed = layout.claim(self.sub.run_dir)
+        if claimed != self.sub.run_dir:
+            self.sub = moved(self.sub, claimed)
+        record.create(self.sub.run_dir, self.sub.describe(), ["submit.py", *self.argv])
         # The job's fields as they are (asdict's deep copy of each of 1,000 jobs cost 40 ms; a JSON
         # dump changes nothing it is given), but a nested dataclass (`tracker`) as its mapping: JSON would
         # write its repr, which --resume cannot read back.
@@ -65,78 +144,11 @@ class Plan:
         raise NotImplementedError
 
 
-def plan_submission(profile: Profile, points: list[Point], run_dir: Path, is_sweep: bool, source: str,
-                    after: str | None, submit_dir: Path | None = None) -> Submission:
-    """The --after dependency, local checks, and the submission as data (new runs and --resume alike).
-    `submit_dir`: the ranks' working directory (a new run: here; --resume: the run's own)."""
-    # `is not None`: `--after ''` names no run (refused), it does not drop the dependency.
-    if after is not None and profile.executor != "slurm":
-        raise ConfigError(f"--after {after}: dependencies need a slurm profile, not '{profile.executor}'")
-    if after is not None:
-        record.check_path("--after", after)
-    after_ids = _job_ids_of(Path(after), profile.login) if after is not None else []
-    checks.check_writable_folder(run_dir.parent, "profile.runs_dir", "the run folder")
-    for point in points:
-        checks.check_local(profile, point.job, source, point.source)
-    root = next((p.job.project_root for p in points if p.job.project_root), "")
-    files = None
-    if root and profile.snapshot and profile.executor != "debug" and not snapshot.taken(run_dir):
-        # Listed (and the size cap checked) now, before the run folder exists: a refusal leaves nothing.
-        files = snapshot.survey(Path(root), profile.snapshot_exclude, profile.snapshot_max_mb, source,
-                                skip=[Path(profile.runs_dir).expanduser().resolve()])
-        for point in points:
-            checks.check_in_snapshot(point.job, files.files, point.source)
-    return build(profile, points, run_dir, is_sweep, after_ids, submit_dir, files)
-
-
-def new_run(args: argparse.Namespace) -> tuple[Submission, str]:
-    """The submission of `submit.py --profile P --job J [--set ...]` and the profile file it came from."""
-    resolved = resolve(args.profile, args.job, args.sets)
-    profile, job = resolved.profile, resolved.job
-    if args.wait:
-        profile.wait = True
-    points = [Point(i, one, overrides, resolved.job_source + (f" (sweep task {i})" if resolved.is_sweep else ""))
-              for i, (one, overrides) in enumerate(resolved.points)]
-    run_dir = layout.new_run_dir(Path(profile.runs_dir), job.name, profile.name)
-    sub = plan_submission(profile, points, run_dir, len(points) > 1, resolved.profile_source, args.after)
-    return sub, resolved.profile_source
-
-
-def array_chunk(plan: Plan, dry_run: bool) -> int | None:
-    """The live SLURM preflight; the array size per sbatch (None: one sbatch, or not SLURM).
-    --dry-run still shows the script where the cluster cannot be asked (a laptop)."""
-    sub = plan.sub
-    check = preflights.preflight(sub.executor)
-    if check is None:
-        return None
-    return check(sub.request, sub.profile.max_array_size, plan.source, required=not dry_run,
-                 tasks=len(sub.tasks))
-
-
-def preview(args: argparse.Namespace, argv: list[str]) -> int:
-    """`submit.py --dry-run` of a new run: plan and check as a submission would, then show it."""
-    sub, source = new_run(args)
-    plan = Plan(sub, source, argv)
-    if sub.profile.login:  # over SSH: never connects; shows the ssh and rsync lines instead
-        from launcher.remote.transport import dry_run_lines
-
-        print(dry_run_lines(sub.profile, sub.project_root), end="", flush=True)
-        return dry_run(plan, args.json, None)
-    return dry_run(plan, args.json, array_chunk(plan, dry_run=True))
-
-
 def _job_ids_of(run_dir: Path, login: str = "") -> list[str]:
-    from launcher.remote.record import RECORD, read_record
-
-    if (remote := read_record(run_dir) if (run_dir / RECORD).is_file() else None) is not None:
-        # Submitted over SSH: its ids as recorded here (the cluster side depends on its own run folder).
-        if remote.get("login") != login:
-            raise ConfigError(f"--after {run_dir}: that run was submitted over SSH to {remote.get('login')!r}; a run "
-                              f"can depend on it only through the same login (a profile with login: "
-                              f"{remote.get('login')})")
-        if not (ids := [str(i) for i in remote.get("job_ids") or []]):
-            raise ConfigError(f"--after {run_dir}: that run has no SLURM job id to depend on")
-        return jobids.distinct_bases(ids)
+    """The job ids `--after RUN` depends on: a run recorded here by a submission over SSH
+    (launcher.remote.record), or a run folder's run.json."""
+    if (remote := after_ids(run_dir, login)) is not None:
+        return remote  # (the cluster side depends on its own run folder's jobs: the same ids)
     if not (run_dir / layout.RUN_FILE).is_file():
         raise ConfigError(f"--after {run_dir}: not a run folder (no readable {layout.RUN_FILE})")
     info = record.load_run(run_dir)
@@ -147,37 +159,7 @@ def _job_ids_of(run_dir: Path, login: str = "") -> list[str]:
         # A resumed sweep's first array has failed tasks (afterok on it never holds): depend on the
         # job that ran each task last instead.
         return ids
-    return jobids.distinct_bases(ids)
-
-
-def dry_run(plan: Plan, as_json: bool, chunk: int | None = None) -> int:
-    sub = plan.sub
-    description = sub.describe()
-    text = plan.heading()
-    # libyaml's emitter where PyYAML has it (the same text, several times faster than the pure-Python
-    # one: a 1,000-task sweep's description is what users wait for). Names as written: `café`, not `caf\xE9`.
-    text += yaml.dump({k: v for k, v in description.items() if v is not None}, sort_keys=False,
-                      allow_unicode=True, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper))
-    if sub.is_array:
-        text += sweep_listing(sub, chunk)
-        description["task_dirs"] = [t.settings.run_dir for t in sub.tasks]
-    if sub.executor == "slurm":
-        script = executor.sbatch_script(sub, chunk)
-        description["sbatch_script"] = script
-        text += "\n# sbatch script (submitted with sbatch):\n" + script
-    emit(text + "\nDry run: nothing was submitted.", {"dry_run": True, **description}, as_json)
-    return EXIT_OK
-
-
-def sweep_listing(sub: Submission, chunk: int | None) -> str:
-    """The expanded tasks of a sweep, one line each, and how the array is split (for --dry-run)."""
-    lines = [f"\n# {len(sub.tasks)} sweep task(s), one job array element each:"]
-    lines += [f"#   task-{t.task:04d}: " + " ".join(f"{k}={v}" for k, v in t.overrides.items()) for t in sub.tasks]
-    if chunk and chunk < len(sub.tasks):
-        pieces = -(-len(sub.tasks) // chunk)
-        lines.append(f"# split into {pieces} arrays of at most {chunk} tasks (the cluster's MaxArraySize or "
-                     f"profile.max_array_size); one sbatch per array")
-    return "\n".join(lines) + "\n"
+    return distinct_bases(ids)
 
 
 def _plain(value: Any) -> Any:

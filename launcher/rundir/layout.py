@@ -68,12 +68,34 @@ def new_run_dir(runs_root: Path, job_name: str, profile_name: str) -> Path:
 
 
 def next_free(base: Path) -> Path:
-    """`base`, or `base-2`, `base-3`, ... : the first name not taken yet."""
+    """`base`, or `base-2`, `base-3`, ... : the first name not taken yet (as `claim` would take it)."""
     path, n = base, 1
     while path.exists():
         n += 1
-        path = base.with_name(f"{base.name}-{n}")
+        path = _numbered(base, n)
     return path
+
+
+def claim(base: Path) -> Path:
+    """Make the run folder `base`, or `base-2`, `base-3`, ... where another submitter took the name
+    since it was chosen (two runs of one job started in the same second): the first free one, made
+    at once (mkdir either makes it or finds it taken), private whatever the umask (it will hold
+    pickles that get loaded). The one rule for a run folder here, a local record of a run submitted
+    over SSH, and its run folder on the cluster side."""
+    path, n = base, 1
+    while True:
+        try:
+            path.mkdir(parents=True, exist_ok=False)
+        except FileExistsError:
+            n += 1
+            path = _numbered(base, n)
+            continue
+        path.chmod(0o700)
+        return path
+
+
+def _numbered(base: Path, n: int) -> Path:
+    return base.with_name(f"{base.name}-{n}")
 
 
 def _limits(root: Path) -> tuple[int, int]:

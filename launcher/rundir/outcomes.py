@@ -10,7 +10,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from launcher.cluster.failures import Failure, last_line, root_cause_first
+from launcher.cluster.failures import last_line, root_cause_first
 from launcher.rundir.layout import job_files, job_log_dir, result_pickle_names
 from trainer.config.schema import ConfigError
 from trainer.runners.envelope import RANK_NODES

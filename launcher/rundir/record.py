@@ -69,8 +69,7 @@ def read_optional(path: Path) -> dict[str, Any] | None:
 # ----- run.json ------------------------------------------------------------------------------------
 
 def create(run_dir: Path, description: dict[str, Any], argv: list[str]) -> None:
-    run_dir.mkdir(parents=True, exist_ok=False)
-    run_dir.chmod(0o700)  # private whatever the umask: it will hold pickles that get loaded
+    """The records of a new run, in its folder (made by layout.claim)."""
     (run_dir / PROFILE_FILE).write_text(yaml.safe_dump(description["profile"], sort_keys=False))
     job = dict(description["job"])
     job["global_batch_size"] = description["global_batch_size"]  # shown, not read back
@@ -79,12 +78,12 @@ def create(run_dir: Path, description: dict[str, Any], argv: list[str]) -> None:
                                     "job_ids": []})
 
 
-def read_record(run_dir: Path) -> dict[str, Any]:
+def read_run_record(run_dir: Path) -> dict[str, Any]:
     return read_json(run_dir / RUN_FILE)
 
 
 def update_record(run_dir: Path, **fields: Any) -> dict[str, Any]:
-    record = read_record(run_dir)
+    record = read_run_record(run_dir)
     record.update(fields)
     write_json(run_dir / RUN_FILE, record)
     return record
@@ -134,7 +133,7 @@ def read_tasks(run_dir: Path) -> dict[int, dict[str, Any]]:
 # ----- a run, as recorded --------------------------------------------------------------------------
 
 @dataclass
-class RunInfo:
+class RecordedRun:
     """A run folder and its run.json, as `status`, `logs`, `cancel` and `--resume` find it."""
 
     run_dir: Path
@@ -190,9 +189,9 @@ class RunInfo:
         return [[ids[t]] if t < len(ids) else [] for t in range(self.num_tasks)]
 
 
-def load_run(run_dir: Path) -> RunInfo:
+def load_run(run_dir: Path) -> RecordedRun:
     """A run folder's run.json, every field the commands read checked (launcher.rundir.record_types)."""
-    return RunInfo(run_dir, shapes.run_record(run_dir / RUN_FILE, read_record(run_dir)))
+    return RecordedRun(run_dir, shapes.run_record(run_dir / RUN_FILE, read_run_record(run_dir)))
 
 
 def _is(value: Any, kind: type) -> bool:

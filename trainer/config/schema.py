@@ -15,6 +15,7 @@ import math
 import types
 import typing
 from collections.abc import Mapping
+from pathlib import Path, PurePath
 from typing import Any, Literal, TypeVar, Union
 
 T = TypeVar("T")
@@ -121,7 +122,8 @@ def _describe(tp: Any) -> str:
         return f"a list of {_describe(typing.get_args(tp)[0])}"
     if origin is dict:
         return "a mapping" if typing.get_args(tp)[1] is Any else "a mapping of names to strings"
-    return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(tp, str(tp))
+    return {int: "an integer", float: "a number", str: "a string", bool: "true or false",
+            Path: "a path", PurePath: "a path"}.get(tp, str(tp))
 
 
 def _coerce(value: Any, tp: Any, source: str, key: str) -> Any:
@@ -191,6 +193,9 @@ def _coerce(value: Any, tp: Any, source: str, key: str) -> Any:
     elif tp is str:
         if isinstance(value, str):
             return value
+    elif tp is PurePath or tp is Path:  # a path written as text (a record, a submission sent as JSON)
+        if isinstance(value, str) and value:
+            return tp(value)
     raise bad_value_error(source, key, value, _describe(tp))
 
 
