@@ -81,15 +81,15 @@ def read(folder: Path) -> RemoteRun | None:
 def find(word: str, profile: str = "local", explicit_runs_dir: str | None = None) -> Path | None:
     """The folder of the record that RUN (a path, or a name under the runs folder) names; None where
     it names no record here (a run of this machine's, or none)."""
-    if (Path(word) / RECORD).is_file():
-        return Path(word)
-    if "/" in word:
-        return None
-    try:
+    try:  # (a name the file system refuses is no record: the command itself says why)
+        if (Path(word) / RECORD).is_file():
+            return Path(word)
+        if "/" in word:
+            return None
         folder = runs_dir(profile, explicit_runs_dir) / word
-    except (ConfigError, OSError):
+        return folder if (folder / RECORD).is_file() else None
+    except (ConfigError, OSError, ValueError):
         return None
-    return folder if (folder / RECORD).is_file() else None
 
 
 def after_ids(folder: Path, login: str) -> list[str] | None:

@@ -111,10 +111,10 @@ class SshPlan:
         record.write(local, kept)
         # First, as the run folder line a local submission starts with (launcher.client reads it).
         self.say(f"run folder: {local} (the local record; the run: {self.profile.login}:{sub.run_dir})")
-        self.say(f"code: {sent} file(s) sent to {self.profile.login}:{code_dir}")
+        self.say(f"code: {sent} file(s) sent to {conn.to.rsync_host}:{code_dir}")
         if project and self.project:
             self.say(f"project: {project[1]} of {len(self.project.files)} file(s) sent to "
-                     f"{self.profile.login}:{project[0]}")
+                     f"{conn.to.rsync_host}:{project[0]}")
         command = transport.submission_command(root, local.name, kept.python, code_dir)
         code, last = transport.ship(conn, command, wire.dumps(sub, self.argv, self.source), self.say)
         if (lost := transport.lost(self.profile.login, code)) is not None:
