@@ -1,5 +1,5 @@
 """An unchanged re-snapshot links the previous run's copies, and never at the cost of what a run imports
-(launcher/rundir/links.py): in-process, on a git repository made in a temp folder, through the same
+(launcher/rundir/snapshot_links.py): in-process, on a git repository made in a temp folder, through the same
 `survey` + `ensure` the submitter calls (tests/test_your_project.py runs them end to end).
 
 What a user would notice: the code each run holds is the code as it was when that run was submitted,

@@ -43,7 +43,7 @@ class Profile:
     gpu_request: Literal["gpus", "gres"] = "gpus"
     # The launch shape: "tasks" (one SLURM task per rank, submitit's) or "torchrun" (one SLURM task
     # per node runs torchrun with tasks_per_node processes and a c10d rendezvous on the first node;
-    # launcher/torchrun.py). The world size is nodes x tasks_per_node in both.
+    # launcher/node/torchrun_task.py). The world size is nodes x tasks_per_node in both.
     launch: Literal["tasks", "torchrun"] = "tasks"
     # Memory per task in SLURM's spelling ("64G", "500M"; a bare number is MB); SLURM gets
     # tasks_per_node x this per node. null: the partition default. (`mem_per_task_gb: 64` still reads.)

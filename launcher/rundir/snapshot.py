@@ -16,7 +16,7 @@ are left out too, and a project over `snapshot_max_mb` is refused before anythin
 its largest files (`survey`, run by the check). Your files are copied, never hard-linked to: a hard
 link shares the file, and an editor or `>>` writing in place would change the snapshot. A file
 unchanged since the previous snapshot of the same folder in the same runs folder is hard-linked to
-that snapshot's copy instead, which nothing writes (links.py has the rule and why it is safe;
+that snapshot's copy instead, which nothing writes (snapshot_links.py has the rule and why it is safe;
 docs/performance.md the cost). `RUN/code/SNAPSHOT.json` notes commit, dirty state, files, bytes,
 files linked, seconds, the project root and the submit directory. `--resume` and requeues reuse the snapshot
 already in the run folder; `snapshot: false` turns it off (the tasks import the live code).
@@ -93,7 +93,7 @@ def survey(root: Path, excludes: list[str], max_mb: float, source: str, skip: li
         fnmatch.fnmatch(f, g) or fnmatch.fnmatch(os.path.basename(f), g) for g in excludes)
     files, git = _git_files(root, ())()
     sizes: dict[str, int] = {}
-    top, stats = str(root), {}  # type: tuple[str, dict[str, links.Entry]]  # kept for the copy (links.py)
+    top, stats = str(root), {}  # type: tuple[str, dict[str, links.Entry]]  # kept for the copy (snapshot_links.py)
     total = 0
     for name in (files if files is not None else _walk(root)):
         if not wanted(name):
@@ -171,7 +171,7 @@ def _describe(project: Survey, started: float) -> dict[str, Any]:
 def _copy(root: Path, files: list[str], dest: Path, tree: str, manifest: dict[str, Any],
           listed: Survey | None = None, rename: bool = True) -> tuple[int, int]:
     """Copy `files` of `root` into `dest` (through a `.partial` folder when `rename`), linking those unchanged
-    since the previous snapshot (links.py); their bytes and how many were linked."""
+    since the previous snapshot (snapshot_links.py); their bytes and how many were linked."""
     partial = dest.with_name(f".{dest.name}.partial") if rename else dest
     shutil.rmtree(partial, ignore_errors=True)
     os.makedirs(partial)
@@ -186,7 +186,7 @@ def _copy(root: Path, files: list[str], dest: Path, tree: str, manifest: dict[st
     tar = shutil.which("tar")
     # One tar pipe copies 20,000 files 4x faster than a Python loop (docs/performance.md). Modes come
     # from the submitter's umask (077: run folders are private), not from the checkout's 0644, less
-    # write permission (links.py: snapshots are never written); symbolic links stay links.
+    # write permission (snapshot_links.py: snapshots are never written); symbolic links stay links.
     # (A few hundred files copy faster in this process than two tar processes start.)
     if tar is None or len(copied) < TAR_FROM or not _tar_copy(tar, root, copied, partial):
         _copy_here(root, copied, partial, made)
