@@ -24,7 +24,7 @@ def content(kind: str, address: str) -> str:
     return f"{kind}/{address}"
 
 
-def partial(kind: str, address: str, pid: int) -> str:
+def partial(kind: str, address: str, pid: int | str) -> str:
     """Where a content-addressed folder is rsynced before it is renamed into place."""
     return f"{kind}/.{address}.{pid}.partial"
 

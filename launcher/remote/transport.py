@@ -30,8 +30,10 @@ from trainer.config.schema import ConfigError
 MISSING = "missing: "
 # Run on the cluster side from the synced code: its modules are imported first; where they are missing,
 # one marker line (`problem_there`), exit 3. Then the command line's own `receive` (launcher.commands.receive).
-BOOT = ("import sys\ntry:\n import submitit, yaml\nexcept ImportError:\n print('missing: modules')\n"
-        " sys.exit(3)\nfrom launcher.commands.main import main;sys.exit(main(['receive', *sys.argv[1:]]))")
+# (One line, and no single quote in it: a dry run shows it as it runs, quoted once.)
+BOOT = ('import sys,importlib.util as u;m=[n for n in ("submitit","yaml") if u.find_spec(n) is None];'
+        f'm and (print("{MISSING}modules"),sys.exit(3));'
+        'from launcher.commands.main import main;sys.exit(main(["receive",*sys.argv[1:]]))')
 # An operating command run there (launcher.remote.relay).
 MAIN_BOOT = "import sys;from launcher.commands.main import main;sys.exit(main(sys.argv[1:]))"
 
@@ -42,9 +44,9 @@ def preflight_script(profile: Profile, folders: tuple[str, ...]) -> str:
     py = shlex.quote(interpreter(profile))
     probe = "".join(f"test -d {shlex.quote(f)} && echo found:{shlex.quote(f)}; " for f in folders)
     made = " ".join(f'"$D/{name}"' for name in layout.MADE_FIRST)
-    return (f"D={remote_path(profile.remote_dir)}; command -v rsync >/dev/null 2>&1 || {{ echo '{MISSING}rsync'; "
-            f"exit 3; }}; command -v {py} >/dev/null 2>&1 || {{ echo '{MISSING}python'; exit 3; }}; "
-            f"mkdir -p {made} 2>/dev/null && test -w \"$D\" || {{ echo 'unwritable'; exit 4; }}; "
+    return (f"D={remote_path(profile.remote_dir)}; command -v rsync >/dev/null 2>&1 || {{ echo \"{MISSING}rsync\"; "
+            f"exit 3; }}; command -v {py} >/dev/null 2>&1 || {{ echo \"{MISSING}python\"; exit 3; }}; "
+            f"mkdir -p {made} 2>/dev/null && test -w \"$D\" || {{ echo unwritable; exit 4; }}; "
             f"cd \"$D\" && {{ {probe}pwd -P; }}")
 
 

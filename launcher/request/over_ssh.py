@@ -33,7 +33,7 @@ from launcher.rundir import layout, snapshot
 from trainer.config.lookup import CODE_ROOT
 from trainer.config.schema import ConfigError
 
-EXIT_BAD_INPUT = 2
+EXIT_BAD_INPUT = 2  # the cluster side's exit status for bad input (launcher.commands.console's)
 
 
 class SshPlan:
@@ -76,14 +76,14 @@ class SshPlan:
         lines = [f"# over SSH to {self.profile.login} (nothing connects in a dry run; remote_dir as the profile "
                  f"writes it, where the preflight finds it when it runs):",
                  f"# 1. the preflight: {shlex.join(conn.argv(transport.preflight_script(self.profile, folders)))}"]
-        for step, listing in ((2, self.tool), (3, self.project)):
+        for listing in (self.tool, self.project):
             if listing is not None:
-                partial = remote_layout.under(side.root, remote_layout.partial(listing.kind, listing.address, 0))
-                lines.append(f"# {step}. unless {listing.folders()[0]} is there ({len(listing.files)} files, named on "
+                partial = remote_layout.under(side.root, remote_layout.partial(listing.kind, listing.address, "PID"))
+                lines.append(f"# {len(lines)}. unless {listing.folders()[0]} is there ({len(listing.files)} files, named on "
                              f"standard input; then renamed from .partial): "
                              f"{shlex.join(conn.files_rsync_argv(listing.root, partial))}")
         command = transport.submission_command(side.root, self.local.name, interpreter(self.profile), side.code_dir)
-        lines.append(f"# 4. the submission below, as JSON on standard input: {shlex.join(conn.argv(command))}")
+        lines.append(f"# {len(lines)}. the submission below, as JSON on standard input: {shlex.join(conn.argv(command))}")
         return "\n".join(lines) + "\n"
 
     def chunk(self, dry_run: bool) -> int | None:
