@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import logging
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,15 +25,14 @@ from launcher.commands.console import EXIT_FAILED, EXIT_OK, emit, overrides_text
 from launcher.request import executor
 from launcher.request.plan import Plan, new_run
 from launcher.request.submission import Submission
-from launcher.rundir import layout, plots, record, restarts
-from trainer.runners.envelope import PLACE_KEYS
+from launcher.rundir import layout, record
 
 if TYPE_CHECKING:
     from launcher.request.over_ssh import SshPlan
 
-# Not metrics: where and how each rank ran (trainer.runners.envelope) and how the run went, shown by
-# --json only.
-NOT_METRICS = (*PLACE_KEYS, "job_id", "state", "nodes", "restarts", "restart_causes", "time")
+# Not metrics (besides where and how each rank ran: trainer.runners.envelope.PLACE_KEYS): how the run
+# went, shown by --json only.
+NOT_METRICS = ("job_id", "state", "nodes", "restarts", "restart_causes", "time")
 
 
 class NewRun(Plan):
@@ -115,18 +113,23 @@ def sweep_listing(sub: Submission, chunk: int | None) -> str:
 def metrics_line(result: dict[str, Any]) -> str:
     """The final metrics in one line: the built-in recipe's fixed set, or what a user's function
     logged last and returned."""
+    from trainer.runners.envelope import PLACE_KEYS  # (the result's own keys: once a run has ended)
+
     if all(k in result for k in ("test_accuracy", "test_loss", "epochs", "images_per_second")):
         return (f"test_accuracy {result['test_accuracy']:.4f}  test_loss {result['test_loss']:.4f}  "
                 f"epochs {result['epochs']}  world_size {result['world_size']}  "
                 f"images/s {result['images_per_second']:.0f}")
     return "  ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in result.items()
-                     if k not in NOT_METRICS and isinstance(v, (int, float, str)) and not isinstance(v, bool))
+                     if k not in NOT_METRICS and k not in PLACE_KEYS and isinstance(v, (int, float, str)) and not isinstance(v, bool))
 
 
 def wait_for_run(sub: Submission, job: Any, as_json: bool, verbose: bool = False) -> int:
     """`--wait` for a single run: its result (or failure) into the run folder, and reported."""
+    import logging
+
     from launcher.request.echo import rank0_echo
     from launcher.request.waiting import wait
+    from launcher.rundir import plots, restarts
 
     if not verbose:  # submitit's INFO lines (the debug executor runs the job in this process)
         logging.getLogger("submitit").setLevel(logging.WARNING)

@@ -15,13 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from launcher.cluster import preflights
+from launcher.cluster.jobids import distinct_bases
 from launcher.config import checks
 from launcher.config.profile import Profile
 from launcher.config.resolve import Point, resolve
-from launcher.remote.record import after_ids
 from launcher.request.submission import Submission, build, moved
 from launcher.rundir import layout, record, snapshot
-from launcher.cluster.jobids import distinct_bases
 from trainer.config.job import JobConfig
 from trainer.config.schema import ConfigError
 
@@ -147,6 +146,8 @@ class Plan:
 def _job_ids_of(run_dir: Path, login: str = "") -> list[str]:
     """The job ids `--after RUN` depends on: a run recorded here by a submission over SSH
     (launcher.remote.record), or a run folder's run.json."""
+    from launcher.remote.record import after_ids  # (--after only: a new run's dry run does not load it)
+
     if (remote := after_ids(run_dir, login)) is not None:
         return remote  # (the cluster side depends on its own run folder's jobs: the same ids)
     if not (run_dir / layout.RUN_FILE).is_file():
