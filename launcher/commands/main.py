@@ -31,7 +31,7 @@ COMMANDS = {
     "probe": "probe:probe", "list-profiles": "catalog:list_profiles", "list-jobs": "catalog:list_jobs",
     "show": "catalog:show", "watch": "watch:watch", "receive": "receive:receive",
 }
-SUBMIT, RESUME = "submit:submit", "resume:resume"
+SUBMIT, RESUME = "submit:submit_new_run", "resume:resume"
 
 
 def load(target: str) -> Callable[..., int]:
@@ -126,7 +126,7 @@ def over_ssh(parser: argparse.ArgumentParser, command: str, words: list[str], ar
 
     if (folder := record.find(word, getattr(args, "profile", "local"), getattr(args, "runs_dir", None))) is None:
         return None
-    run = record.read(folder)
+    run = record.read_remote_record(folder)
     assert run is not None
     from launcher.remote.relay import relay
 

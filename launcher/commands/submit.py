@@ -57,7 +57,7 @@ class NewRun(Plan):
         return EXIT_OK
 
 
-def submit(args: argparse.Namespace, argv: list[str]) -> int:
+def submit_new_run(args: argparse.Namespace, argv: list[str]) -> int:
     """A new run (and its `--dry-run`): planned and checked here, then sent from here or over SSH."""
     checked = new_run(args)
     plan: Plan | SshPlan

@@ -56,13 +56,13 @@ class RemoteRun:
             require(job_id.replace("_", "").isdigit(), f"job_ids[{i}]", job_id, "a SLURM job id such as '123' or '123_4'")
 
 
-def write(folder: Path, run: RemoteRun) -> None:
+def write_remote_record(folder: Path, run: RemoteRun) -> None:
     partial = folder / f".{RECORD}.tmp"
     partial.write_text(json.dumps(asdict(run), indent=1) + "\n")
     partial.replace(folder / RECORD)
 
 
-def read(folder: Path) -> RemoteRun | None:
+def read_remote_record(folder: Path) -> RemoteRun | None:
     """The record in `folder`; None where there is none (a run folder of this machine, or no run)."""
     path = folder / RECORD
     if not path.is_file():
@@ -95,7 +95,7 @@ def find(word: str, profile: str = "local", explicit_runs_dir: str | None = None
 def after_ids(folder: Path, login: str) -> list[str] | None:
     """The job ids `--after RUN` depends on when RUN is a record here (None: it is not one); only a
     submission through the same login may depend on it."""
-    run = read(folder)
+    run = read_remote_record(folder)
     if run is None:
         return None
     if run.login != login:
@@ -111,7 +111,7 @@ def _rows(where: Path) -> list[dict[str, Any]]:
     out = []
     for path in sorted(where.glob(f"*/{RECORD}"), reverse=True):
         try:
-            run = read(path.parent)
+            run = read_remote_record(path.parent)
         except ConfigError as err:
             out.append({"run": path.parent.name, "run_dir": str(path.parent), "state": f"unreadable ({err})"})
             continue

@@ -108,7 +108,7 @@ class SshPlan:
                                 name=local.name, code=self.tool.address, python=interpreter(self.profile),
                                 profile=self.profile.name, job=sub.tasks[0].job.name, tasks=len(sub.tasks),
                                 created=time.time(), project=project[0] if project else "")
-        record.write(local, kept)
+        record.write_remote_record(local, kept)
         # First, as the run folder line a local submission starts with (launcher.client reads it).
         self.say(f"run folder: {local} (the local record; the run: {self.profile.login}:{sub.run_dir})")
         self.say(f"code: {sent} file(s) sent to {conn.to.rsync_host}:{code_dir}")
@@ -128,7 +128,7 @@ class SshPlan:
         if result.get("job_ids") or result.get("job_id"):
             kept.job_ids = [str(i) for i in result.get("job_ids") or [result["job_id"]]]
             kept.remote_run_dir = str(result.get("run_dir") or kept.remote_run_dir)  # (a name taken there)
-            record.write(local, kept)
+            record.write_remote_record(local, kept)
         if code == EXIT_BAD_INPUT and not kept.job_ids:
             shutil.rmtree(local, ignore_errors=True)  # refused there (its error line said why): nothing queued
         elif code == 0:
