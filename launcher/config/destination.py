@@ -14,10 +14,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-# The plain form as ssh reads it: a config alias, host or user@host (IPv6 in brackets or bare).
-_PLAIN = re.compile(r"[A-Za-z0-9_.@:\[\]%+-]+")
-_URI = re.compile(r"ssh://(?:(?P<user>[A-Za-z0-9_.+-]+)@)?(?P<host>[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.%A-Za-z]+\])"
-                  r"(?::(?P<port>[0-9]{1,5}))?")
+# The plain form as ssh reads it: a config alias, host or user@host (IPv6 in brackets or bare). (Pattern
+# strings: re compiles them on first use, so that a profile without `login:` never pays for it.)
+_PLAIN = r"[A-Za-z0-9_.@:\[\]%+-]+"
+_URI = (r"ssh://(?:(?P<user>[A-Za-z0-9_.+-]+)@)?(?P<host>[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.%A-Za-z]+\])"
+        r"(?::(?P<port>[0-9]{1,5}))?")
 VALID = ("an ssh destination: a ~/.ssh/config alias, host or user@host, or ssh://[user@]host[:port] "
          "(no spaces, no path, not starting with '-', a port from 1 to 65535)")
 
@@ -52,7 +53,7 @@ def parse(login: str) -> Destination:
 
 def _parse(login: str) -> Destination | None:
     if login.startswith("ssh://"):
-        uri = _URI.fullmatch(login)
+        uri = re.fullmatch(_URI, login)
         if uri is None or uri["host"].startswith("-") or (uri["user"] or "").startswith("-"):
             return None
         port = int(uri["port"]) if uri["port"] is not None else None
@@ -61,6 +62,6 @@ def _parse(login: str) -> Destination | None:
         user = f"{uri['user']}@" if uri["user"] else ""
         bare = uri["host"].strip("[]")
         return Destination(user + bare, user + (f"[{bare}]" if ":" in bare else bare), port)
-    if _PLAIN.fullmatch(login) is None or login.startswith("-"):
+    if re.fullmatch(_PLAIN, login) is None or login.startswith("-"):
         return None
     return Destination(login, login)

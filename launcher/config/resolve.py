@@ -40,11 +40,12 @@ def point(profile: Profile, task: int, job: JobConfig, overrides: dict[str, Any]
     written (launcher.remote.cluster_side: they mean nothing here)."""
     data_dir = data_folder(job, profile.data_dir)
     tracker = merged(job.tracker, profile.tracker, job.tensorboard)
-    runs = runs_dir if runs_dir is not None else profile.runs_dir
     if here:
-        data_dir, runs = str(Path(data_dir).expanduser().resolve()), str(Path(runs).expanduser().resolve())
+        data_dir = str(Path(data_dir).expanduser().resolve())
     if tracker.mlflow and not tracker.mlflow.uri:
         # Next to the run folders: every run of the runs_dir in one store, readable offline (`mlflow ui`).
+        runs = runs_dir if runs_dir is not None else profile.runs_dir
+        runs = str(Path(runs).expanduser().resolve()) if here else runs
         tracker.mlflow.uri = Path(runs, "mlruns").as_uri() if runs.startswith("/") else f"file:{runs}/mlruns"
     return Point(task, job, dict(overrides or {}), source, data_dir, tracker)
 
