@@ -55,9 +55,7 @@ def check(profile: Profile, points: list[Point], run_dir: Path, is_sweep: bool, 
     # `is not None`: `--after ''` names no run (refused), it does not drop the dependency.
     if after is not None and profile.executor != "slurm":
         raise ConfigError(f"--after {after}: dependencies need a slurm profile, not '{profile.executor}'")
-    if after is not None:
-        record.check_path("--after", after)
-    after_jobs = _job_ids_of(Path(after), profile.login) if after is not None else []
+    after_jobs = _job_ids_of(after, profile.login) if after is not None else []
     checks.check_writable_folder(run_dir.parent, "profile.runs_dir", "the run folder")
     for p in points:
         checks.check_here(profile, p.job, source, p.source)
@@ -143,11 +141,13 @@ class Plan:
         raise NotImplementedError
 
 
-def _job_ids_of(run_dir: Path, login: str = "") -> list[str]:
+def _job_ids_of(after: str, login: str = "") -> list[str]:
     """The job ids `--after RUN` depends on: a run recorded here by a submission over SSH
     (launcher.remote.record), or a run folder's run.json."""
     from launcher.remote.record import after_ids  # (--after only: a new run's dry run does not load it)
 
+    record.check_path("--after", after)
+    run_dir = Path(after)
     if (remote := after_ids(run_dir, login)) is not None:
         return remote  # (the cluster side depends on its own run folder's jobs: the same ids)
     if not (run_dir / layout.RUN_FILE).is_file():
