@@ -61,11 +61,22 @@ class TaskState:
     # The outcome came from the task's result.json (see finished_record), not its pickles and logs.
     recorded: bool = False
 
+    @property
+    def attempt(self) -> int:
+        """The task's attempt now (1 for the first; 0: never submitted): its restarts, from the scheduler
+        and its events (trainer.rank.events counts attempts), plus one. `status` and `watch` show this one number."""
+        return self.restarts + 1 if self.job_id else 0
+
+    @property
+    def waiting(self) -> bool:
+        """Whether SLURM says why this task waits or when it should start (`status` and `watch` show it)."""
+        return self.state in ("pending", "requeued") and bool(self.reason or self.expected_start)
+
     def as_json(self) -> dict[str, Any]:
         return {"task": self.task, "state": self.state, "restarts": self.restarts, "job_id": self.job_id,
                 "source": self.source, "wall_time_s": _round(self.wall_time_s), "error": self.error or None,
                 "failed_rank": self.failed_rank, "overrides": self.overrides, "task_dir": str(self.task_dir),
-                "attempts": len(self.job_history), "start": self.start if self.state != "pending" else None,
+                "attempts": self.attempt, "start": self.start if self.state != "pending" else None,
                 "end": self.end, "reason": self.reason or None,
                 "expected_start": self.expected_start, "result": self.result}
 
