@@ -7,6 +7,7 @@
         job.yaml        the resolved job (batch size per rank and global)
         code/           the code the tasks import, copied at submission (snapshot.py; SNAPSHOT.json)
         logs/<job id>/  submitit's logs, one stdout/stderr pair per task (rank), and result pickles
+            torchrun/   `launch: torchrun`: each rank's note (rank-R.json: result, stop or error), stop flags
         metrics.jsonl   one line per epoch, written by rank 0
         events.jsonl    started/resumed/stopped/finished, written by rank 0 (restarts are read from it)
         checkpoints/    ckpt-<step>.pt, the newest K
@@ -35,9 +36,11 @@ FAILURE_FILE = "failure.json"
 # Written by the trainer (trainer.rank.rundir holds those names).
 METRICS_FILE = rundir.METRICS_FILE
 EVENTS_FILE = rundir.EVENTS_FILE
+ATTEMPT_BANNER = rundir.ATTEMPT_BANNER  # how a rank's log marks an attempt's start
 CURVES_FILE = "curves.png"
 SUMMARY_CSV, SUMMARY_MD, SUMMARY_PNG = "summary.csv", "summary.md", "summary.png"
 LOGS_DIR = "logs"
+TORCHRUN_DIR = "torchrun"
 
 
 # Room left in a run folder's name for the "-N" suffix of a second run in the same second.
@@ -123,6 +126,27 @@ def drop_log_template(run_dir: Path) -> None:
 def job_log_dir(run_dir: Path, job_id: str) -> Path:
     """submitit's folder for one job (or one array task): logs/<id>/, ids like 12 or 12_3."""
     return log_dir(run_dir) / job_id
+
+
+def torchrun_notes(job_folder: Path | str) -> Path:
+    """Where a `launch: torchrun` job's ranks leave their notes (in submitit's folder of the job)."""
+    return Path(job_folder) / TORCHRUN_DIR
+
+
+def rank_note(notes: Path, rank: int | str) -> Path:
+    """A torchrun rank's note: its result, its stop, or its error (launcher.torchrun writes it; rank "*": a
+    pattern for every rank's)."""
+    return notes / f"rank-{rank}.json"
+
+
+def stop_flag(notes: Path, node: int) -> Path:
+    """Where a node's task notes that the stop signal came (its torchrun workers read it once they catch it)."""
+    return notes / f"stop-{node}"
+
+
+def probe_note(notes: Path, node: int, rank: int | str) -> Path:
+    """A torchrun rank's `probe` report (rank "*": a pattern for all of the node's)."""
+    return notes / f"probe-{node}-{rank}.json"
 
 
 def log_name(job_id: str, rank: int, stream: str = "out") -> str:

@@ -28,7 +28,7 @@ from launcher.cluster import local
 from launcher.cluster.slurm.accounting import REQUEUED_AFTER, SchedulerRecord, sacct_records, squeue_records
 from launcher.cluster.slurm.env import slurm_env
 from launcher.rundir import restarts, shapes
-from launcher.rundir.layout import FAILURE_FILE, RESULT_FILE, job_files, log_name
+from launcher.rundir.layout import FAILURE_FILE, RESULT_FILE, TORCHRUN_DIR, job_files, job_log_dir, log_name
 from launcher.rundir.outcomes import failure_of, read_outcomes
 from launcher.rundir.record import RunInfo, read_optional
 
@@ -223,7 +223,7 @@ def _one_task(info: RunInfo, task: int, job_id: str, history: list[str],
     # One listing of the job's log folder serves its pickles and its log times.
     files = job_files(info.run_dir, job_id) if finished is None else None
     outcomes = {0: ("success", finished)} if finished is not None else read_outcomes(info.run_dir, job_id, files)
-    failure = failure_of(outcomes)
+    failure = failure_of(outcomes, job_log_dir(info.run_dir, job_id) if files and TORCHRUN_DIR in files else None)
     record = (sacct or {}).get(job_id) or (squeue or {}).get(job_id)
     if record is not None:
         ts.source = "sacct" if sacct and job_id in sacct else "squeue"
