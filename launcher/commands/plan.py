@@ -39,12 +39,10 @@ class Plan:
 
     def prepare(self) -> None:
         """Before sbatch: the run folder and what it must hold."""
-        while True:
-            try:
-                record.create(self.sub.run_dir, self.sub.describe(), ["submit.py", *self.argv])
-                break
-            except FileExistsError:  # another submitter made this name since we chose it
-                self.sub = moved(self.sub, layout.next_free(self.sub.run_dir))
+        claimed = layout.claim(self.sub.run_dir)  # another submitter may have taken the name since it was chosen
+        if claimed != self.sub.run_dir:
+            self.sub = moved(self.sub, claimed)
+        record.create(self.sub.run_dir, self.sub.describe(), ["submit.py", *self.argv])
         # The job's fields as they are (asdict's deep copy of each of 1,000 jobs cost 40 ms; a JSON
         # dump changes nothing it is given), but a nested dataclass (`tracker`) as its mapping: JSON would
         # write its repr, which --resume cannot read back.

@@ -27,7 +27,7 @@ from launcher.cluster.slurm import limits
 from launcher.commands.console import EXIT_FAILED, EXIT_OK, ArgumentParser
 from launcher.config.resolve import load_profile, parse_overrides, resolve
 from launcher.request import send
-from launcher.request.submission import Point, build
+from launcher.request.submission import Point, build, moved
 from launcher.rundir import layout
 from trainer.config.job import JobConfig
 from trainer.config.schema import ConfigError
@@ -61,6 +61,8 @@ def main(argv: list[str]) -> int:
     sub = build(profile, [Point(0, JobConfig(name=f"probe-{profile.name}"))], run_dir, is_sweep=False)
     if sub.request is not None:
         limits.check(sub.request, profile.max_array_size, source)
+    if (claimed := layout.claim(run_dir)) != run_dir:  # another probe took the name meanwhile
+        sub, run_dir = moved(sub, claimed), claimed
     reports_dir = run_dir / "environment"
     # The check goes in front of submitit's own start-up, in the same interpreter or container
     # (launcher.envcheck): it must run where submitit itself may be missing.
