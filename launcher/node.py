@@ -75,7 +75,8 @@ class SubmititRequeue:
         return signal.Signals(self.signum).name.removeprefix("SIG")
 
     def __call__(self, signal_name: str) -> dict[str, Any]:
-        decision = reason_and_countdown(self.handler.has_timed_out(), submitit_private.timeout_requeues_left(self.handler))
+        decision = reason_and_countdown(self.handler.has_timed_out(),
+                                        submitit_private.timeout_requeues_left(self.handler))
         # SLURM may signal the step again while `scontrol requeue` runs (it sends to every process of
         # the step): ignored here, the disposition is inherited by that child, which would otherwise
         # die of it and leave the job unrequeued.

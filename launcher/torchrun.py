@@ -130,7 +130,8 @@ class TorchrunTask(Checkpointable):
         here = _NodeTask.here()
         node_id, nodes, results = here.node_id, here.nodes, here.results
         if node_id == 0:
-            for old in results.glob(layout.rank_note(results, "*").name):  # an earlier attempt's (a requeue reuses the folder)
+            # An earlier attempt's notes (a requeue reuses the folder).
+            for old in results.glob(layout.rank_note(results, "*").name):
                 old.unlink(missing_ok=True)
         requeue = SubmititRequeue.current()
         cmd = here.command(self.nproc, {

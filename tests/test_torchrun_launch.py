@@ -136,8 +136,9 @@ def test_dry_run_shows_one_task_per_node_and_the_torchrun_command(tmp_path: Path
 def test_every_rank_is_told_its_own_thread_count_not_its_nodes(tmp_path: Path) -> None:
     """cpus_per_task is per rank in every shape: 4 ranks of 2 CPUs on a node are one SLURM task of 8
     CPUs here, and the batch script exported OMP_NUM_THREADS=8 to each of them (trainer.distributed.threads)."""
-    proc = run_submit(["--profile", "slurm-cpu", "--set", "profile.launch=torchrun", "--set", "profile.tasks_per_node=4",
-                       "--set", "profile.cpus_per_task=2", "--dry-run", "--json"], cwd=tmp_path, timeout=60, env={"SLURM_CONF": str(tmp_path / "none.conf")})
+    proc = run_submit(["--profile", "slurm-cpu", "--set", "profile.launch=torchrun", "--set",
+                       "profile.tasks_per_node=4", "--set", "profile.cpus_per_task=2", "--dry-run", "--json"],
+                      cwd=tmp_path, timeout=60, env={"SLURM_CONF": str(tmp_path / "none.conf")})
     assert proc.returncode == 0, proc.stderr
     lines = last_json(proc.stdout)["sbatch_script"].splitlines()
     assert {"#SBATCH --ntasks-per-node=1", "#SBATCH --cpus-per-task=8"} <= set(lines), lines

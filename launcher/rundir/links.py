@@ -10,11 +10,12 @@ file system, the previous run deleted).
 
 "Unchanged" is git's rule for its index, and the one rule of this tool (the SSH sync's remembered
 content hashes use it too, launcher.commands.remote_sync): the source's size, mtime, ctime and inode
-are those recorded when it was read (`stamp`, `unchanged`), and its mtime and ctime were older than
-that reading by more than `RACY_S` (`settled`), so an edit in the same clock tick as the reading (on
-a file system that keeps whole seconds, or two) is never taken for the content read. The previous copy must still have the
-size, mtime and inode recorded when it was made (checked on the new link as the manifest is written):
-a copy written to anyway (as root, or after a chmod) is copied afresh, not spread to the new run.
+are those recorded when it was read (`source_stat`, `unchanged`), and its mtime and ctime were older
+than that reading by more than `RACY_S` (`settled`), so an edit in the same clock tick as the reading
+(on a file system that keeps whole seconds, or two) is never taken for the content read. The previous
+copy must still have the size, mtime and inode recorded when it was made (checked on the new link as
+the manifest is written): a copy written to anyway (as root, or after a chmod) is copied afresh, not
+spread to the new run.
 """
 
 from __future__ import annotations
