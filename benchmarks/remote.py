@@ -78,13 +78,14 @@ def sync_unchanged(conn: Connection, repo: Path, remote_dir: str, repeats: int) 
     # Content the cluster side has not seen (a repository made the same way earlier would be found there).
     (repo / "NONCE").write_text(f"{time.time()}\n")
     listing = snapshot.survey(repo, [], 1000, "bench", skip=[repo / "runs"])
+
     def timed() -> tuple[float, int]:
         """What a submission adds for the project: its listing's address, the preflight's question
         (timed here as a round trip of its own, so pessimistic), and the sync. The plan's listing is
         made fresh each time, as every submission makes it, and not counted (its cost is shown apart)."""
         survey = snapshot.survey(repo, [], 1000, "bench", skip=[repo / "runs"])
         start = time.perf_counter()
-        found = sync.listing(repo, survey.files, stamps=survey.stamps)
+        found = sync.listing(repo, survey.files, stamps=survey.stats)
         asked = " ".join(f"test -d {f} && echo found:{f};" for f in found.folders())
         there = conn.run(f"cd {remote_dir} && {asked} true").stdout
         _, sent = sync.sync(conn, found, {w[6:] for w in there.split() if w.startswith("found:")}, remote_dir)
@@ -95,7 +96,7 @@ def sync_unchanged(conn: Connection, repo: Path, remote_dir: str, repeats: int) 
     hashes, stats = [], []
     for _ in range(repeats):  # the hash alone: as a submission runs it (the listing's stamps), and with lstat calls
         start = time.perf_counter()
-        sync.project_hash(repo, listing.files, known_stamps=listing.stamps)
+        sync.project_hash(repo, listing.files, known_stamps=listing.stats)
         hashes.append(time.perf_counter() - start)
         start = time.perf_counter()
         sync.project_hash(repo, listing.files)

@@ -291,7 +291,8 @@ def test_after_makes_the_job_depend_on_every_job_of_that_run(tmp_path: Path,
 def test_a_submission_moved_to_a_free_folder_name_trains_there(tmp_path: Path) -> None:
     # What a submitter does when a concurrent one took the run folder's name first.
     from launcher.config.resolve import resolve
-    from launcher.request.submission import Point, build, moved
+    from launcher.config.resolve import Point
+    from launcher.request.submission import build, moved
     job = resolve("local", "digits", []).job
     profile = resolve("local", "digits", []).profile
     sub = moved(build(profile, [Point(0, job), Point(1, job)], tmp_path / "taken", True), tmp_path / "free")
@@ -397,7 +398,8 @@ def test_a_job_file_names_the_job_and_finds_its_code_parent_and_data_beside_it(
 def test_the_submission_carries_the_interpreter_slurm_conf_and_dependencies(tmp_path: Path) -> None:
     # The parts no dry run shows: what send() and the local executor use (launcher.request.submission).
     from launcher.config.resolve import resolve, runs_dir
-    from launcher.request.submission import Point, build
+    from launcher.config.resolve import Point
+    from launcher.request.submission import build
     local = resolve("local", "digits", ["profile.python=/opt/my py"])
     assert build(local.profile, [Point(0, local.job)], tmp_path / "a", False).python == "'/opt/my py'"
     plain = resolve("local", "digits", [])

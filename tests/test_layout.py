@@ -26,13 +26,15 @@ ALLOWED: dict[str, set[str]] = {
                           "launcher.config", "trainer.config", "trainer.runners"},
     "launcher.request": {"launcher.remote", "launcher.rundir", "launcher.node", "launcher.cluster", "launcher.config",
                          "launcher.submitit_private", "trainer.config", "trainer.runners"},
-    "launcher.remote": {"launcher.cluster", "launcher.config", "trainer.config"},
-    "launcher.rundir": {"launcher.cluster", "launcher.config", "trainer.config", "trainer.rank", "trainer.runners"},
+    "launcher.remote": {"launcher.cluster", "launcher.config", "launcher.filestamp", "trainer.config"},
+    "launcher.rundir": {"launcher.cluster", "launcher.config", "launcher.filestamp", "trainer.config", "trainer.rank",
+                        "trainer.runners"},
     "launcher.node": {"launcher.cluster", "launcher.submitit_private", "trainer.config", "trainer.distributed",
                       "trainer.rank", "trainer.runners"},
     "launcher.cluster": {"trainer.config", "trainer.distributed"},
     "launcher.config": {"trainer.config", "trainer.runners"},
     "launcher.submitit_private": set(),
+    "launcher.filestamp": set(),  # "unchanged since last time": the snapshot's links and the SSH sync
     "launcher.client": set(),  # it starts `python -m launcher`
     "launcher.devcluster": set(),  # a product tool that stands alone
     "trainer.__main__": {"trainer.config", "trainer.rank", "trainer.runners"},

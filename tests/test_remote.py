@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT as REPO
-from tests.helpers import wait_until
+from tests.helpers import ROOT as REPO, wait_until
 
 pytestmark = pytest.mark.slurm
 
@@ -308,8 +307,9 @@ def test_a_user_project_travels_and_an_edit_after_submission_does_not_reach_the_
 
 def test_the_project_hash_follows_contents_and_the_dry_run_shows_the_project_rsync(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    """In-process: remembered per-file hashes (by size, mtime, inode) never hide an edit, and an
+    """In-process: remembered per-file hashes (by size, mtime, ctime, inode) never hide an edit, and an
     unchanged project keeps its address; --dry-run's lines name the project's rsync."""
+    from launcher import filestamp
     from launcher.commands.main import main
     from launcher.remote import sync
     from launcher.remote.connection import Connection
@@ -318,17 +318,26 @@ def test_the_project_hash_follows_contents_and_the_dry_run_shows_the_project_rsy
     (tmp_path / "p").mkdir()
     (tmp_path / "p" / "a.py").write_text("def main(ctx, config):\n    return {}\n")
     (tmp_path / "p" / "b.py").write_text("B = 1\n")
-    for name in ("a.py", "b.py"):  # old enough to be remembered (a file written just now is re-read)
-        os.utime(tmp_path / "p" / name, (time.time() - 100, time.time() - 100))
+    # Old enough to be remembered: a file changed within RACY_S is re-read (the tool's one rule, filestamp).
+    wait_until(lambda: all(filestamp.settled(filestamp.source_stat(p.stat()), time.time())
+                           for p in (tmp_path / "p").iterdir()),
+               30, "the files to be older than the racy window", poll=0.2)
     first, before = sync.project_hash(tmp_path / "p", ["a.py", "b.py"])
     remembered = json.loads(sync.hash_cache_file(tmp_path / "p").read_text())
     assert before == "" and remembered["names"] == ["a.py", "b.py"], remembered
-    assert all(len(entry) == 4 for entry in remembered["entries"]), remembered
+    assert all(len(entry) == 5 for entry in remembered["entries"]), remembered  # the stamp and the content hash
     assert sync.project_hash(tmp_path / "p", ["a.py", "b.py"]) == (first, first)
+    # Edited in place with its mtime put back (as `cp -p`, `touch -r` or an archive tool do): same size,
+    # mtime and inode; only the ctime tells, as for the snapshot's links. The sync's own rule missed it.
     original = (tmp_path / "p" / "a.py").read_text()
-    (tmp_path / "p" / "a.py").write_text(original.replace("{}", "{1}"))  # the mtime (or inode) gives it away
+    st = (tmp_path / "p" / "a.py").stat()
+    (tmp_path / "p" / "a.py").write_text(original.replace("{}", "[]"))
+    os.utime(tmp_path / "p" / "a.py", ns=(st.st_atime_ns, st.st_mtime_ns))
+    hidden, before = sync.project_hash(tmp_path / "p", ["a.py", "b.py"])
+    assert hidden != first and before == first, "an edit hidden by its mtime"
+    (tmp_path / "p" / "a.py").write_text(original.replace("{}", "()"))  # same size: the mtime (or inode) tells
     edited, before = sync.project_hash(tmp_path / "p", ["a.py", "b.py"])
-    assert edited != first and before == first
+    assert edited not in (first, hidden) and before == hidden
     (tmp_path / "p" / "a.py").write_text(original)
     assert sync.project_hash(tmp_path / "p", ["a.py", "b.py"])[0] == first, "content, not stat, is the address"
     (tmp_path / "p" / "job.yaml").write_text('entrypoint: "a:main"\ntarget_metric: ok\n')

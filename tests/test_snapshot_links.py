@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher.rundir import snapshot_links as links, snapshot
+from launcher import filestamp
+from launcher.rundir import snapshot
 
 OLD = "X = 'old'\n"
 
@@ -32,7 +33,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / ".gitignore").write_text("runs/\n")
     subprocess.run(["git", "init", "-q"], cwd=root, check=True)
     subprocess.run(["git", "add", "-A"], cwd=root, check=True)
-    time.sleep(links.RACY_S + 0.1)  # older than the racy window: the files may be linked
+    time.sleep(filestamp.RACY_S + 0.1)  # older than the racy window: the files may be linked
     return root
 
 

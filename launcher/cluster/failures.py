@@ -35,15 +35,17 @@ def is_symptom(text: str) -> bool:
     return any(s in text for s in SYMPTOMS)
 
 
-def root_cause_first(failures: list[Failure], first_dead: int | None = None) -> list[Failure]:
-    """Ranks that died of a peer's failure report timeouts or closed connections; show the cause first.
+def root_cause_first(failures: list[Failure], first_dead: int | None = None,
+                     times: dict[int, float] | None = None) -> list[Failure]:
+    """Ranks that died of a peer's failure report timeouts or closed connections; show the cause first
+    (the one ordering of failures: `--wait`, `status` and a torchrun node task naming its rank use it).
 
     `first_dead` is the rank srun reported first (it outranks symptoms: a rank killed by a signal
-    leaves no traceback of its own)."""
-    def key(f: Failure) -> tuple[int, int]:
+    leaves no traceback of its own); `times`, when each rank failed (torchrun's notes,
+    launcher.cluster.rank_notes): among causes alike, the first to fail comes first, then the lowest rank."""
+    def key(f: Failure) -> tuple[int, float, int]:
         symptom = is_symptom(f[2])
-        if f[0] == first_dead:
-            return (1 if symptom else 0, f[0])
-        return (2 if symptom else 0, f[0])
+        rank = (1 if symptom else 0) if f[0] == first_dead else (2 if symptom else 0)
+        return (rank, (times or {}).get(f[0], 0.0), f[0])
 
     return sorted(failures, key=key)

@@ -13,7 +13,7 @@ How the guarantees hold here:
   checkpoints and leaves a note; node task 0 then asks submitit to requeue (its countdown, its
   `scontrol requeue`), as `launcher.node.task.SubmititRequeue` does in the tasks shape. A signal that comes
   before the workers catch it (torchrun and torch take seconds, more on a loaded node; SLURM sends
-  the time-limit signal once) is caught by this process, which leaves a flag (`stop_flag`); each
+  the time-limit signal once) is caught by this process, which leaves a flag (`rank_notes.stop_flag`); each
   worker reads it once its handlers are in and stops as if signalled.
 - Per-rank logs: each worker appends its stdout/stderr to submitit's file of its rank
   (`JOB_RANK_log.out/err`), so `logs --rank R` reads rank R (ranks below the node count share
@@ -35,31 +35,14 @@ from typing import Any
 from submitit.helpers import Checkpointable
 
 from launcher import submitit_private
-from launcher.cluster.failures import is_symptom
+from launcher.cluster.failures import root_cause_first
+from launcher.cluster.rank_notes import notes_dir, probe_note, rank_failures, rank_note, rank_notes, stop_flag
 from launcher.node import torchrun_command
-from launcher.node.task import TERMINATED_EXIT_CODE, SubmititRequeue, drop_stale_result, private_and_coreless
+from launcher.node.task import SubmititRequeue, drop_stale_result, exit_after_stop, private_and_coreless
 from trainer.config.job import JobConfig, RunSettings
+from trainer.distributed import environment
+from trainer.rank.stopping import REQUEUE, StopRequested
 from trainer.runners.envelope import RANK_NODES
-
-RESULTS_DIR = "torchrun"
-
-
-def _job_id(env: dict[str, str] | os._Environ[str]) -> str:
-    if env.get("SLURM_ARRAY_JOB_ID"):
-        return f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"
-    return env["SLURM_JOB_ID"]
-
-
-def _read(path: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads(path.read_text())  # type: ignore[no-any-return]
-    except (OSError, ValueError):
-        return None
-
-
-def stop_flag(results: Path, node_id: int) -> Path:
-    """Where a node's task notes that the stop signal came (the workers read it once they catch it)."""
-    return results / f"stop-{node_id}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,26 +61,24 @@ class _NodeTask:
 
         from trainer.distributed import hostlist
 
-        env, paths = os.environ, JobEnvironment().paths
-        return cls(_job_id(env), int(env.get("SLURM_NODEID", "0")), hostlist.expand(env["SLURM_JOB_NODELIST"]),
+        env, paths = environment.resolve(os.environ), JobEnvironment().paths  # this node's SLURM task
+        return cls(env.scheduler_job_id, env.node_rank, hostlist.expand(os.environ["SLURM_JOB_NODELIST"]),
                    str(paths.folder), str(paths.job_id))
 
     @property
     def results(self) -> Path:
-        found = Path(self.folder) / RESULTS_DIR
+        found = notes_dir(self.folder)
         found.mkdir(exist_ok=True)
         return found
 
     def command(self, nproc: int, spec: dict[str, Any]) -> list[str]:
         """Write the workers' spec (with where they log and note) and return this node's torchrun line."""
-        from trainer.distributed import environment
-
         path = Path(self.folder) / f"torchrun-{self.node_id}.pkl"
         with open(path, "wb") as out:
-            pickle.dump({**spec, "results": str(self.results), "folder": self.folder,
+            pickle.dump({**spec, "results": str(self.results), "folder": self.folder, "node": self.node_id,
                          "job_id": self.submitit_job_id}, out)
         cmd = torchrun_command.command(sys.executable, len(self.nodes), nproc, self.nodes[0],
-                                   environment.port_for_job(self.job_id), self.job_id, str(path), self.node_id == 0)
+                                       environment.port_for_job(self.job_id), self.job_id, str(path), self.node_id == 0)
         print(f"[torchrun] node {self.node_id} ({self.nodes[self.node_id]}): {' '.join(cmd)}", flush=True)
         return cmd
 
@@ -114,7 +95,7 @@ class TorchrunProbe:
         private_and_coreless()
         here = _NodeTask.here()
         code = subprocess.run(here.command(self.nproc, {"probe": True}), check=False).returncode
-        mine = sorted(here.results.glob(f"probe-{here.node_id}-*.json"))
+        mine = sorted(here.results.glob(probe_note(here.results, here.node_id, "*").name))
         if code != 0 or len(mine) != self.nproc:
             raise RuntimeError(f"torchrun on node {here.nodes[here.node_id]} exited with status {code} and "
                                f"{len(mine)} of {self.nproc} ranks reported (see the job's logs)")
@@ -122,8 +103,17 @@ class TorchrunProbe:
 
 
 class RankFailed(RuntimeError):
-    """A rank under this node's torchrun failed: "rank R failed: ...", which status and `--wait` read
-    as rank R's failure (launcher.rundir.outcomes.failed_rank), not as this node task's."""
+    """A rank under this node's torchrun failed (the job's log says which; the submitter reads the
+    rank from the ranks' own notes, launcher.cluster.rank_notes, not from this text)."""
+
+
+def _stop_of(note: dict[str, Any]) -> StopRequested | None:
+    """The stop a rank's note records (launcher.node.torchrun_worker), as the rank raised it; None: it
+    did not stop."""
+    stop = note.get("stop")
+    if not isinstance(stop, dict):
+        return None
+    return StopRequested(int(stop["step"]), str(stop["signal"]), int(stop["kind"]), dict(stop.get("info") or {}))
 
 
 class TorchrunTask(Checkpointable):
@@ -139,12 +129,14 @@ class TorchrunTask(Checkpointable):
         here = _NodeTask.here()
         node_id, nodes, results = here.node_id, here.nodes, here.results
         if node_id == 0:
-            for old in results.glob("rank-*.json"):  # an earlier attempt's (a requeue reuses the folder)
+            # An earlier attempt's notes (a requeue reuses the folder).
+            for old in results.glob(rank_note(results, "*").name):
                 old.unlink(missing_ok=True)
         requeue = SubmititRequeue.current()
         cmd = here.command(self.nproc, {
             "job": self.job, "settings": self.settings,
-            "clock": None if requeue is None else submitit_private.timeout_clock(requeue.handler)})
+            "clock": None if requeue is None else submitit_private.timeout_clock(requeue.handler),
+            "requeues_left": None if requeue is None else submitit_private.timeout_requeues_left(requeue.handler)})
         signum = signal.Signals[f"SIG{self.settings.stop_signal}"]
         flag = stop_flag(results, node_id)
         flag.unlink(missing_ok=True)  # an earlier attempt's
@@ -154,7 +146,7 @@ class TorchrunTask(Checkpointable):
         # The agent and the workers ignore the signal until the workers catch it (module doc).
         code = subprocess.run(cmd, check=False, preexec_fn=lambda: signal.signal(signum, signal.SIG_IGN)).returncode
         signal.signal(signum, previous)
-        ranks = {int(p.stem.split("-")[1]): _read(p) or {} for p in results.glob("rank-*.json")}
+        ranks = rank_notes(here.folder)
         first = ranks.get(0, {})
         if code == 0:  # node task 0 returns rank 0's result (the run's); the others their first rank's
             mine = {rank: r for rank, r in ranks.items() if r.get("node") == node_id}
@@ -164,19 +156,19 @@ class TorchrunTask(Checkpointable):
             # submitter lists every rank's node, as in the tasks shape, not one per node task.
             result[RANK_NODES] = {rank: (r.get("result") or {}).get("node", nodes[node_id]) for rank, r in mine.items()}
             return result
-        if first.get("stop") == "requeue" and node_id == 0 and requeue is not None:
-            decision = requeue(self.settings.stop_signal)
-            print(f"[task] stopped at step {first.get('step')} on SIG{self.settings.stop_signal}: "
-                  f"checkpointed; requeue: {decision}", flush=True)
-            raise SystemExit(decision.get("exit_code", 1))
-        if any(r.get("stop") for r in ranks.values()):
-            raise SystemExit(TERMINATED_EXIT_CODE)
-        # The cause first: peers of a dead rank fail too, on closed connections, sometimes sooner
-        # than the dead rank has written its note (its own teardown closes those connections).
-        failed = sorted((r for r in ranks.items() if r[1].get("error")),
-                        key=lambda r: (is_symptom(r[1]["error"]), r[1].get("time", 0)))
-        if failed:
-            rank, info = failed[0]
-            raise RankFailed(f"rank {rank} failed: {info['error']}\n{info.get('traceback', '')}")
+        # Every rank stopped alike (rank 0's decision, broadcast): rank 0's note, else any rank's.
+        stop = _stop_of(first) or next((found for r in ranks.values() if (found := _stop_of(r))), None)
+        if stop is not None:
+            if node_id == 0 and requeue is not None and stop.kind == REQUEUE:
+                # submitit's own decision and action (its countdown, `scontrol requeue`), as in the tasks shape.
+                stop.info = requeue(self.settings.stop_signal)
+            exit_after_stop(stop, self.settings.run_dir, self.run_root)  # ends as the tasks shape does
+        # The cause first (launcher.cluster.failures): peers of a dead rank fail too, on closed connections,
+        # sometimes sooner than the dead rank has written its note (its own teardown closes those connections).
+        failures, times = rank_failures(ranks)
+        if failures:
+            rank, short, text = root_cause_first(failures, times=times)[0]
+            raise RankFailed(f"rank {rank} failed: {short}\n{text}")
         raise RuntimeError(f"torchrun on node {nodes[node_id]} exited with status {code} (a rank on another node "
                            f"failed, or one was killed: see `logs --rank`)")
+

@@ -21,8 +21,10 @@ from launcher.config import destination
 from launcher.config.resolve import runs_dir
 from trainer.config import values
 from trainer.config.schema import ConfigError, build, require
+from trainer.config.sweep import MAX_SWEEP_TASKS
 
 RECORD = "remote.json"
+_REQUIRED = ("login", "remote_run_dir", "remote_dir")  # RemoteRun's fields without a default
 
 
 @dataclass
@@ -49,7 +51,9 @@ class RemoteRun:
             require(problem is None, key, getattr(self, key), problem or "")
         problem = destination.problem(self.login)
         require(problem is None and self.login != "", "login", self.login, problem or "an ssh destination")
-        require(1 <= self.tasks, "tasks", self.tasks, "an integer >= 1")
+        require(1 <= self.tasks <= MAX_SWEEP_TASKS, "tasks", self.tasks, f"an integer in [1, {MAX_SWEEP_TASKS}]")
+        require(len(self.job_ids) <= MAX_SWEEP_TASKS * 4, "job_ids", self.job_ids,
+                f"a list of at most {MAX_SWEEP_TASKS * 4} job ids")
         for key in ("remote_dir", "remote_run_dir"):
             require(getattr(self, key).startswith("/"), key, getattr(self, key), "an absolute folder on the cluster side")
         for i, job_id in enumerate(self.job_ids):
@@ -74,8 +78,13 @@ def read_remote_record(folder: Path) -> RemoteRun | None:
             from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    for key in _REQUIRED:  # (in the order a relayed command reads them)
+        if key not in data:
+            raise ConfigError(f"{path}: field '{key}' is missing (a record written by a submission over SSH has it)")
     known = {f.name for f in fields(RemoteRun)}  # (a newer version's extra keys are not read)
-    return build(RemoteRun, {k: v for k, v in data.items() if k in known}, str(path))
+    # job_ids null: nothing queued yet, as an empty list says.
+    given = {k: v for k, v in data.items() if k in known and not (k == "job_ids" and v is None)}
+    return build(RemoteRun, given, str(path), noun="field")
 
 
 def find(word: str, profile: str = "local", explicit_runs_dir: str | None = None) -> Path | None:

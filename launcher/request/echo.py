@@ -17,7 +17,8 @@ import threading
 from pathlib import Path
 from typing import IO, Any
 
-BANNER = "===== [submit.py] attempt started"
+from launcher.rundir.layout import ATTEMPT_BANNER
+
 CLEAR_LINE = "\r\x1b[K"
 
 
@@ -60,7 +61,7 @@ class Screen:
             self._line(stream, "")  # an intended blank line on stdout
 
     def _line(self, stream: str, text: str) -> None:
-        if stream == "err" and text.startswith(BANNER):
+        if stream == "err" and text.startswith(ATTEMPT_BANNER):
             return  # the same banner came on stdout
         if not self.verbose and text.startswith("submitit INFO"):
             return

@@ -45,7 +45,7 @@ class SshPlan:
         files, self.git = snapshot.tool_files(CODE_ROOT)
         self.tool = sync.listing(CODE_ROOT, files, remote_layout.CODE)
         survey = checked.project
-        self.project = sync.listing(survey.root, survey.files, stamps=survey.stamps) if survey is not None else None
+        self.project = sync.listing(survey.root, survey.files, stamps=survey.stats) if survey is not None else None
         self.local = checked.run_dir  # the local record's folder; the run's there has the same name
         self._side = self._at(self.profile.remote_dir)  # where nothing connects (a dry run)
         self._sub: Submission | None = None

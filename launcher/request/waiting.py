@@ -16,7 +16,8 @@ from launcher.cluster.failures import Failure, root_cause_first
 from launcher.cluster.local import LocalFailFast
 from launcher.cluster.slurm import accounting, srun
 from launcher.rundir import record, results
-from launcher.rundir.outcomes import error_text, failed_rank
+from launcher.cluster.rank_notes import rank_failures, rank_notes
+from launcher.rundir.outcomes import error_text
 from launcher.rundir.record import RecordedRun
 from launcher.rundir.states import ACTIVE, TaskState, task_states
 from trainer.runners.envelope import RANK_NODES
@@ -127,8 +128,12 @@ def wait(job: Any, poll_s: float = 1.0, force_every_s: float = 5.0, grace_s: flo
         try:
             returned.append(task.result())
         except Exception as err:  # noqa: BLE001 - any task failure is reported, not raised
-            failures.append((failed_rank(rank, str(err)), *error_text(str(err), type(err).__name__)))
+            failures.append((rank, *error_text(str(err), type(err).__name__)))
     if failures:
+        # The torchrun shape: the ranks under the node tasks that failed, as their notes name them.
+        named, times = rank_failures(rank_notes(tasks[0].paths.folder)) if _is_scheduled(job) else ([], {})
+        if named:
+            return Outcome(None, root_cause_first(named, times=times))
         first_dead = srun_lines[0][0] if srun_lines else (failfast.failed if failfast else None)
         return Outcome(None, root_cause_first(failures, first_dead))
     # torchrun shape: each node task returns one result for all its ranks, with their nodes.

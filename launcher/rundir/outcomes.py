@@ -1,30 +1,20 @@
-"""How each rank of a job ended, from submitit's result pickles, and which failure is the cause
-(the one rule: launcher.cluster.failures.root_cause_first)."""
+"""How each rank of a job ended, from submitit's result pickles (in the torchrun shape, from the ranks'
+own notes: launcher.cluster.rank_notes), and which failure is the cause (the one rule:
+launcher.cluster.failures.root_cause_first)."""
 
 from __future__ import annotations
 
 import os
 import pickle
-import re
 import stat
 from pathlib import Path
 from typing import Any
 
 from launcher.cluster.failures import last_line, root_cause_first
+from launcher.cluster.rank_notes import rank_failures, rank_notes
 from launcher.rundir.layout import job_files, job_log_dir, result_pickle_names
 from trainer.config.schema import ConfigError
 from trainer.runners.envelope import RANK_NODES
-
-# How a `launch: torchrun` node task names the rank that failed under it (launcher.node.torchrun_task.RankFailed):
-# submitit keys a job's results by SLURM task, which in that shape is a node, not a rank.
-_RANK_FAILED = re.compile(r"^(?:[\w.]+\.)?RankFailed: rank (\d+) failed", re.MULTILINE)
-
-
-def failed_rank(task: int, text: str) -> int:
-    """The rank a failure is about: the one a torchrun node task named, else the task's own index
-    (in the tasks shape, one SLURM task is one rank)."""
-    named = _RANK_FAILED.search(text)
-    return int(named.group(1)) if named else task
 
 
 def error_text(text: str, default: str = "error") -> tuple[str, str]:
@@ -84,11 +74,12 @@ def check_private(run_dir: Path, folder: Path) -> None:
 _CHECKED: set[str] = set()
 
 
-def failure_of(outcomes: dict[int, tuple[str, Any]]) -> tuple[int, str] | None:
-    """The failed rank and its one-line error, the root cause first (peers die of timeouts)."""
-    failures = [(failed_rank(rank, str(v)), *error_text(str(v))) for rank, (kind, v) in outcomes.items()
-                if kind != "success"]
+def failure_of(outcomes: dict[int, tuple[str, Any]], job_folder: Path | None = None) -> tuple[int, str] | None:
+    """The failed rank and its one-line error, the root cause first (peers die of timeouts). In the
+    torchrun shape (`job_folder`'s rank notes) the ranks that failed under a node task, not the node."""
+    failures = [(task, *error_text(str(v))) for task, (kind, v) in outcomes.items() if kind != "success"]
     if not failures:
         return None
-    rank, short, _ = root_cause_first(failures)[0]
+    named, times = rank_failures(rank_notes(job_folder)) if job_folder is not None else ([], {})
+    rank, short, _ = root_cause_first(named or failures, times=times)[0]
     return rank, short

@@ -69,7 +69,7 @@ def read_optional(path: Path) -> dict[str, Any] | None:
 # ----- run.json ------------------------------------------------------------------------------------
 
 def create(run_dir: Path, description: dict[str, Any], argv: list[str]) -> None:
-    """The records of a new run, in its folder (made by layout.claim)."""
+    """The records of a new run, in the folder just claimed for it (layout.claim)."""
     (run_dir / PROFILE_FILE).write_text(yaml.safe_dump(description["profile"], sort_keys=False))
     job = dict(description["job"])
     job["global_batch_size"] = description["global_batch_size"]  # shown, not read back

@@ -35,14 +35,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from launcher import filestamp
 from launcher.rundir import snapshot_links as links
-from launcher.rundir.layout import RUN_FILE
+from launcher.rundir.layout import NOTE_FILE, PROJECT_DIR, RUN_FILE, SNAPSHOT_DIR
 from trainer.config.lookup import CODE_ROOT
 from trainer.config.schema import ConfigError
 
-SNAPSHOT_DIR = "code"
-PROJECT_DIR = "project"
-NOTE_FILE = "SNAPSHOT.json"
 PACKAGES = ("launcher", "trainer")
 # Left out of a walk (no git to say what is ignored): caches, environments and other tools' state.
 WALK_SKIPS = {".git", "__pycache__", ".venv", "venv", "env", "node_modules", ".mypy_cache", ".pytest_cache",
@@ -60,14 +58,10 @@ class Survey:
     bytes: int
     git: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
-    stats: dict[str, links.Entry] = field(default_factory=dict)  # name: its stat as listed (links.source_stat)
+    # name: its stamp as listed (filestamp.source_stat): the copy and a submission over SSH (which hashes
+    # by them, launcher.remote.sync) need no second lstat per file.
+    stats: dict[str, filestamp.Entry] = field(default_factory=dict)
     stat_at: float = 0.0  # when listing began: the stats are no older than this
-
-    @property
-    def stamps(self) -> dict[str, tuple[int, int, int]]:
-        """Each file's (size, mtime_ns, inode) as listed: a submission over SSH hashes by them
-        (launcher.remote.sync) without a second lstat per file."""
-        return {name: (e[0], e[1], e[3]) for name, e in self.stats.items()}
 
 
 def snapshot_dir(run_dir: Path) -> Path:
@@ -93,7 +87,7 @@ def survey(root: Path, excludes: list[str], max_mb: float, source: str, skip: li
         fnmatch.fnmatch(f, g) or fnmatch.fnmatch(os.path.basename(f), g) for g in excludes)
     files, git = _git_files(root, ())()
     sizes: dict[str, int] = {}
-    top, stats = str(root), {}  # type: tuple[str, dict[str, links.Entry]]  # kept for the copy (snapshot_links.py)
+    top, stats = str(root), {}  # type: tuple[str, dict[str, filestamp.Entry]]  # kept for the copy (snapshot_links.py)
     total = 0
     for name in (files if files is not None else _walk(root)):
         if not wanted(name):
@@ -104,7 +98,7 @@ def survey(root: Path, excludes: list[str], max_mb: float, source: str, skip: li
             continue
         if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
             continue  # a submodule's folder
-        sizes[name], stats[name], total = st.st_size, links.source_stat(st), total + st.st_size
+        sizes[name], stats[name], total = st.st_size, filestamp.source_stat(st), total + st.st_size
         if total > cap and files is None:
             break  # a walk of a large folder (a home directory) stops at the cap, not at its end
     if total > cap:

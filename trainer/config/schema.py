@@ -55,9 +55,10 @@ def shown(value: Any, most: int = 200) -> str:
     return text if len(text) <= most else f"{text[:most // 2]}... ({len(text)} characters)"
 
 
-def bad_value_error(source: str, key: str, value: Any, expected: str) -> ConfigError:
-    err = ConfigError(f"{source}: key '{key}' has invalid value {shown(value)}; expected {expected}")
-    err.expected = expected  # type: ignore[attr-defined]  # (field_problem reads it)
+def bad_value_error(source: str, key: str, value: Any, expected: str, noun: str = "key") -> ConfigError:
+    err = ConfigError(f"{source}: {noun} '{key}' has invalid value {shown(value)}; expected {expected}")
+    # (field_problem reads what was expected; `build` with another noun, all three)
+    err.key, err.value, err.expected = key, value, expected  # type: ignore[attr-defined]
     return err
 
 
@@ -75,8 +76,17 @@ def field_problem(cls: type, key: str, value: Any) -> str | None:
     return None
 
 
-def build(cls: type[T], data: Mapping[str, Any], source: str, prefix: str = "") -> T:
-    """Create `cls` from `data`, checking keys and types; `source` names the file(s) for errors."""
+def build(cls: type[T], data: Mapping[str, Any], source: str, prefix: str = "", noun: str = "key") -> T:
+    """Create `cls` from `data`, checking keys and types; `source` names the file(s) for errors, which
+    call each entry a `noun` (a record's are fields, as launcher.rundir.record_types calls them)."""
+    if noun != "key":
+        try:
+            return build(cls, data, source, prefix)
+        except ConfigError as err:
+            bad = err.args[0] if err.args and isinstance(err.args[0], ConfigError) else err  # (an _OutOfRange)
+            if not hasattr(bad, "key"):
+                raise
+            raise bad_value_error(source, bad.key, bad.value, bad.expected, noun) from None
     if not isinstance(data, Mapping):
         raise ConfigError(f"{source}: expected a mapping of keys to values, got {type(data).__name__}")
     hints = type_hints(cls)
