@@ -1,7 +1,9 @@
 """A profile and a job as one submission asks for them: both files loaded with `--set` on top
 (trainer.config.files, .overrides), validated into dataclasses, a sweep expanded into its points
-(trainer.config.sweep), and for each point what the profile decides for it by the one rules: its data
-folder (trainer.config.job.data_folder) and its trackers (trainer.config.trackers.merged)."""
+(trainer.config.sweep), and for each point what the profile decides for it by the one rules
+(trainer.config.job.task_places): its data folder (data_folder) and its trackers (trackers.merged).
+Planning hands its data down: resolve calls trainer.config's readers in turn and returns everything
+the checks and the submission need."""
 
 from __future__ import annotations
 
@@ -11,9 +13,9 @@ from typing import Any
 
 from launcher.config.profile import PROFILE_FILES, Profile
 from trainer.config import files, overrides, sweep, values
-from trainer.config.job import JOB_FILES, JobConfig, data_folder, job_mapping
+from trainer.config.job import JOB_FILES, JobConfig, job_mapping, task_places
 from trainer.config.schema import ConfigError, build
-from trainer.config.trackers import TrackerConfig, merged
+from trainer.config.trackers import TrackerConfig
 
 # What `--set SCOPE.KEY=VALUE` may name.
 SCOPES: dict[str, type] = {"job": JobConfig, "profile": Profile}
@@ -36,18 +38,10 @@ class Point:
 def point(profile: Profile, task: int, job: JobConfig, overrides: dict[str, Any] | None = None, source: str = "",
           runs_dir: str | None = None, here: bool = True) -> Point:
     """Task `task` running `job` with `profile`, its run folder under `runs_dir` (default: the profile's).
-    `here`: the paths are this machine's (made absolute); else the cluster side's over SSH, kept as
-    written (launcher.remote.cluster_side: they mean nothing here)."""
-    data_dir = data_folder(job, profile.data_dir)
-    tracker = merged(job.tracker, profile.tracker, job.tensorboard)
-    if here:
-        data_dir = str(Path(data_dir).expanduser().resolve())
-    if tracker.mlflow and not tracker.mlflow.uri:
-        # Next to the run folders: every run of the runs_dir in one store, readable offline (`mlflow ui`).
-        runs = runs_dir if runs_dir is not None else profile.runs_dir
-        runs = str(Path(runs).expanduser().resolve()) if here else runs
-        tracker.mlflow.uri = Path(runs, "mlruns").as_uri() if runs.startswith("/") else f"file:{runs}/mlruns"
-    return Point(task, job, dict(overrides or {}), source, data_dir, tracker)
+    `here`: the paths are this machine's; else the cluster side's over SSH (launcher.remote.cluster_side)."""
+    places = task_places(job, profile.data_dir, profile.tracker, profile.runs_dir if runs_dir is None else runs_dir,
+                         here)
+    return Point(task, job, dict(overrides or {}), source, *places)
 
 
 @dataclass
@@ -80,16 +74,20 @@ def profile_overrides(sets: dict[str, Any]) -> dict[str, Any]:
 
 
 def resolve(profile_name: str, job_name: str, sets: list[str], wait: bool = False) -> Resolved:
-    """The profile and job as named, with `--set`; `wait`: `--wait` (the profile's `wait: true`)."""
-    given = parse_overrides(sets)
-    profile, profile_source = load_profile(profile_name, given["profile"])
+    """The profile and job as named, with `--set`; `wait`: `--wait` (the profile's `wait: true`). Each
+    step is trainer.config's own (the files, the overrides, the sweep, each point's places), called from
+    here in turn: the data goes down and comes back, and nothing climbs back up into this module."""
+    given = overrides.parse(sets, SCOPES)
+    loaded = files.load(PROFILE_FILES, profile_name, given["profile"])
+    profile, profile_source = build(Profile, loaded.data, loaded.source), loaded.source
     if wait:
         profile.wait = True
     loaded = files.load(JOB_FILES, job_name, given["job"])
     job_data, spec = job_mapping(loaded)
     job = build(JobConfig, job_data, loaded.source)
     expanded = sweep.expand(job_data, spec, loaded.source) if spec is not None else [(job, {})]
-    points = [point(profile, i, one, swept, loaded.source + (f" (sweep task {i})" if spec is not None else ""))
+    points = [Point(i, one, swept, loaded.source + (f" (sweep task {i})" if spec is not None else ""),
+                    *task_places(one, profile.data_dir, profile.tracker, profile.runs_dir))
               for i, (one, swept) in enumerate(expanded)]
     return Resolved(profile, job, profile_source, loaded.source, points, spec is not None)
 

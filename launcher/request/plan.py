@@ -45,39 +45,44 @@ class Checked:
         return build(self.profile, self.points, self.run_dir, self.is_sweep, self.after, self.submit_dir, self.project)
 
 
-def check(profile: Profile, points: list[Point], run_dir: Path, is_sweep: bool, source: str, after: str | None,
-          submit_dir: Path | None = None) -> Checked:
+def check(profile: Profile, points: list[Point], run_dir: Path | None, is_sweep: bool, source: str,
+          after: str | None, submit_dir: Path | None = None, job_name: str = "") -> Checked:
     """The --after dependency and the checks this machine can make (new runs and --resume alike), before
-    anything is made: the run folder's parent, each job (where the run is queued from here, what only
-    the machine that runs it can see too: its data, its entrypoint's import, its trackers' libraries;
-    over SSH the cluster side checks those: launcher.commands.receive), and your project's snapshot.
-    `submit_dir`: the ranks' working directory (a new run: here; --resume: the run's own)."""
+    anything is made, each handed what it needs in turn, from the run folder's wing down to the
+    configuration's: the run folder (`run_dir`; None: a new run's, named after `job_name`) and your
+    project's snapshot listed (its size cap checked), then the run folder's parent and each job (where
+    the run is queued from here, what only the machine that runs it can see too: its data, its
+    entrypoint's import, its trackers' libraries; over SSH the cluster side checks those:
+    launcher.commands.receive). `submit_dir`: the ranks' working directory (a new run: here; --resume:
+    the run's own)."""
     # `is not None`: `--after ''` names no run (refused), it does not drop the dependency.
     if after is not None and profile.executor != "slurm":
         raise ConfigError(f"--after {after}: dependencies need a slurm profile, not '{profile.executor}'")
     after_jobs = _job_ids_of(after, profile.login) if after is not None else []
-    checks.check_writable_folder(run_dir.parent, "profile.runs_dir", "the run folder")
-    for p in points:
-        checks.check_here(profile, p.job, source, p.source)
-        if not profile.login:
-            checks.check_where_it_runs(profile, p.job, source, p.source)
+    if run_dir is None:
+        run_dir = layout.new_run_dir(Path(profile.runs_dir), job_name, profile.name)
     root = next((p.job.project_root for p in points if p.job.project_root), "")
     files = None
     if root and profile.snapshot and profile.executor != "debug" and not snapshot.taken(run_dir):
         # Listed (and the size cap checked) now, before the run folder exists: a refusal leaves nothing.
         files = snapshot.survey(Path(root), profile.snapshot_exclude, profile.snapshot_max_mb, source,
                                 skip=[Path(profile.runs_dir).expanduser().resolve()])
-        for p in points:
+    checks.check_writable_folder(run_dir.parent, "profile.runs_dir", "the run folder")
+    for p in points:
+        checks.check_here(profile, p.job, source, p.source)
+        if not profile.login:
+            checks.check_where_it_runs(profile, p.job, source, p.source)
+        if files is not None:
             checks.check_in_snapshot(p.job, files.files, p.source)
     return Checked(profile, points, run_dir, is_sweep, source, after_jobs, submit_dir or Path.cwd(), files)
 
 
 def new_run(args: argparse.Namespace) -> Checked:
-    """`submit.py --profile P --job J [--set ...] [--after RUN]`, resolved and checked here."""
+    """`submit.py --profile P --job J [--set ...] [--after RUN]`, resolved and checked here: the
+    configuration resolved (launcher.config.resolve), then handed down to the checks once."""
     resolved = resolve(args.profile, args.job, args.sets, wait=args.wait)
-    profile = resolved.profile
-    run_dir = layout.new_run_dir(Path(profile.runs_dir), resolved.job.name, profile.name)
-    return check(profile, resolved.points, run_dir, resolved.is_sweep, resolved.profile_source, args.after)
+    return check(resolved.profile, resolved.points, None, resolved.is_sweep, resolved.profile_source, args.after,
+                 job_name=resolved.job.name)
 
 
 class Plan:
