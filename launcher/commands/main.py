@@ -27,7 +27,7 @@ from trainer.config.schema import ConfigError
 # users wait for most) does not load the operating commands, and `status` does not load the submit
 # path. benchmarks/submitter.py measures it. (`receive`: the cluster side of a submission over SSH.)
 COMMANDS = {
-    "status": "operate:status", "logs": "operate:logs", "cancel": "operate:cancel", "list": "recent:list_runs",
+    "status": "operate:status", "logs": "operate:logs", "cancel": "cancel:cancel", "list": "recent:list_runs",
     "probe": "probe:probe", "list-profiles": "catalog:list_profiles", "list-jobs": "catalog:list_jobs",
     "show": "catalog:show", "watch": "watch:watch", "receive": "receive:receive",
 }

@@ -1,8 +1,8 @@
-"""Operating a run from the command line: `status`, `logs`, `cancel` (`list`: launcher.commands.recent).
+"""Operating a run from the command line: `status`, `logs` (`cancel`: launcher.commands.cancel; `list`:
+launcher.commands.recent).
 
     python submit.py status [RUN] [--json]        state of each task (and rebuild the sweep's summary)
     python submit.py logs RUN [--task I] [--rank R] [--err] [--follow]
-    python submit.py cancel RUN
 
 RUN is a run folder, or its name under the runs folder: `--runs-dir`, else the `runs_dir` of
 `--profile` (default: local). Nothing here imports torch: these commands answer in well under a
@@ -20,8 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from launcher.cluster import local
-from launcher.cluster.slurm.accounting import scancel, scancel_ids
-from launcher.cluster.slurm.env import slurm_env
 from launcher.commands.console import EXIT_FAILED, EXIT_OK, ArgumentParser, overrides_text, relative
 from launcher.config.resolve import runs_dir
 from launcher.rundir import layout, record, results
@@ -172,7 +170,7 @@ def logs(args: argparse.Namespace) -> int:
     task_jobs = info.task_jobs
     if not 0 <= args.task < len(task_jobs):
         raise ConfigError(f"--task {args.task}: this run has tasks 0..{len(task_jobs) - 1}")
-    history = task_jobs[args.task]
+    history = task_states(info)[args.task].job_history if info.is_pool else task_jobs[args.task]
     if not history:
         raise ConfigError(f"--task {args.task}: that task was never submitted")
     try:
@@ -183,7 +181,9 @@ def logs(args: argparse.Namespace) -> int:
     ranks = int(info.record.get("world_size") or 1)
     if not 0 <= args.rank < ranks:
         raise ConfigError(f"--rank {args.rank}: this run has ranks 0..{ranks - 1}")
-    path = layout.log_path(run_dir, job_id, args.rank, "err" if args.err else "out")
+    stream = "err" if args.err else "out"
+    path = layout.point_log_path(info.task_dir(args.task), job_id, args.rank, stream) if info.is_pool else \
+        layout.log_path(run_dir, job_id, args.rank, stream)
     if not args.follow:
         if not path.exists():
             state = task_states(info)[args.task].state
@@ -215,36 +215,3 @@ def _follow(info: RecordedRun, task: int, path: Path, poll_s: float = 1.0) -> in
             # One more read after the task ended picks up its last lines.
             active = task_states(load_run(info.run_dir))[task].state in ACTIVE
         time.sleep(poll_s)
-
-
-# ----- cancel --------------------------------------------------------------------------------------
-
-def cancel_parser() -> ArgumentParser:
-    parser = ArgumentParser(prog="submit.py cancel", description="Cancel a run's tasks that are still pending "
-                            "or running (scancel on SLURM; the local processes otherwise).")
-    add_run_arguments(parser, required=True)
-    return parser
-
-
-def cancel(args: argparse.Namespace) -> int:
-    run_dir = find(args)
-    info = load_run(run_dir)
-    states = task_states(info)
-    active = [ts for ts in states if ts.state in ACTIVE]
-    if not active:
-        print(f"nothing to cancel: no task of {relative(run_dir)} is pending or running", flush=True)
-        return EXIT_OK
-    if info.executor == "slurm":
-        ids = scancel_ids([ts.job_id for ts in active], [ts.job_id for ts in states])
-        failed = scancel(ids, slurm_env(info.slurm_conf))
-        if failed:
-            print(f"error: scancel failed: {failed}", file=sys.stderr)
-            return EXIT_FAILED
-        what = f"scancel {' '.join(ids)}"
-    else:
-        for ts in active:
-            local.stop(int(ts.job_id))
-        what = "stopped local process(es) " + ", ".join(ts.job_id for ts in active)
-    record.update_record(run_dir, cancelled_at=time.time())
-    print(f"cancelled {len(active)} task(s) of {relative(run_dir)}: {what}", flush=True)
-    return EXIT_OK

@@ -17,6 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from launcher.cluster import pool_claims
 from launcher.cluster.jobids import base_id
 from launcher.commands.console import EXIT_OK, emit, relative
 from launcher.commands.submit import execute, wait_for_sweep
@@ -46,15 +47,21 @@ class ResumePlan(Plan):
     def prepare(self) -> None:
         for ts in self.todo:
             record.clear_outcome(ts.task_dir)
+            if self.info.is_pool:  # a failed or cancelled point may be taken again
+                pool_claims.reopen(self.info.run_dir, ts.task)
 
     def record(self, job_ids: list[str]) -> None:
         info, before = self.info, self.before
-        task_jobs = info.task_jobs
-        for ts, job_id in zip(self.todo, job_ids):
-            task_jobs[ts.task].append(job_id)
         resumes = [*before.get("resumes", []), {"time": time.time(), "tasks": [t.task for t in self.todo],
                                                  "job_ids": job_ids, "argv": ["submit.py", *self.argv]}]
         fields: dict[str, Any] = {}
+        if info.is_pool:  # the pool's workers, each submission's: a point's job is the worker that held it
+            fields.update(job_ids=[*before.get("job_ids", []), *job_ids])
+        else:
+            task_jobs = info.task_jobs
+            for ts, job_id in zip(self.todo, job_ids):
+                task_jobs[ts.task].append(job_id)
+            fields.update(task_jobs=task_jobs, job_ids=[ids[-1] if ids else "" for ids in task_jobs])
         if info.is_sweep and self.job_sets:
             # The summary shows what each task really ran with: a resubmitted task's row gets the job
             # keys that --set changed (the sweep as first submitted stays in submitted_overrides).
@@ -64,8 +71,8 @@ class ResumePlan(Plan):
             fields.update(sweep_overrides=overrides,
                           submitted_overrides=before.get("submitted_overrides") or before.get("sweep_overrides"))
             self._update_tasks_file(overrides)
-        record.update_record(info.run_dir, task_jobs=task_jobs, job_ids=[ids[-1] if ids else "" for ids in task_jobs],
-                             resumes=resumes, state=None, error=None, failed_rank=None, best=None, **fields)
+        record.update_record(info.run_dir, resumes=resumes, state=None, error=None, failed_rank=None, best=None,
+                             **fields)
 
     def _update_tasks_file(self, overrides: list[dict[str, Any]]) -> None:
         """tasks.json keeps each task's job as it last ran, so a later --resume starts from that."""
@@ -123,6 +130,9 @@ def resume(args: argparse.Namespace, argv: list[str]) -> int:
     profile = build(Profile, {**recorded, **profile_overrides(overrides["profile"])}, source)
     if args.wait:
         profile.wait = True
+    if info.is_sweep and (profile.sweep_runner == "pool") != info.is_pool:  # its records are one runner's
+        raise ConfigError(f"profile.sweep_runner: {profile.sweep_runner!r}: {run_dir} ran as "
+                          f"{'a pool' if info.is_pool else 'a job array'}, and --resume runs its tasks the same way")
     states = task_states(info)
     todo = [s for s in states if s.state not in ACTIVE and s.state != "completed"]
     busy = [s for s in states if s.state in ACTIVE]

@@ -49,7 +49,8 @@ class NewRun(Plan):
         job_ids = [str(j.job_id) for j in jobs]
         where = relative(sub.run_dir)
         logs = [relative(layout.job_log_dir(sub.run_dir, b)) for b in jobids.distinct_bases(job_ids)]
-        human = (f"submitted job {jobids.summary(job_ids)} ({len(sub.tasks)} task(s), {sub.profile.world_size} "
+        pool = f"a pool of {sub.jobs} worker(s) for " if sub.is_pool else ""
+        human = (f"submitted job {jobids.summary(job_ids)} ({pool}{len(sub.tasks)} task(s), {sub.profile.world_size} "
                  f"rank(s) each)\nrun folder: {where}\nlogs: {', '.join(logs)}\n"
                  f"follow with: python submit.py status {where}")
         emit(human, {"job_id": jobids.base_id(job_ids[0]), "job_ids": job_ids, "run_dir": str(sub.run_dir),
@@ -101,10 +102,11 @@ def dry_run(plan: Plan | SshPlan, as_json: bool, chunk: int | None = None) -> in
 
 def sweep_listing(sub: Submission, chunk: int | None) -> str:
     """The expanded tasks of a sweep, one line each, and how the array is split (for --dry-run)."""
-    lines = [f"\n# {len(sub.tasks)} sweep task(s), one job array element each:"]
+    lines = [f"\n# {len(sub.tasks)} sweep task(s), " + (f"taken in turn by a pool of {sub.jobs} worker(s), each the "
+                                                     f"size of one task:" if sub.is_pool else "one job array element each:")]
     lines += [f"#   task-{t.task:04d}: " + " ".join(f"{k}={v}" for k, v in t.overrides.items()) for t in sub.tasks]
-    if chunk and chunk < len(sub.tasks):
-        pieces = -(-len(sub.tasks) // chunk)
+    if chunk and chunk < sub.jobs:
+        pieces = -(-sub.jobs // chunk)
         lines.append(f"# split into {pieces} arrays of at most {chunk} tasks (the cluster's MaxArraySize or "
                      f"profile.max_array_size); one sbatch per array")
     return "\n".join(lines) + "\n"

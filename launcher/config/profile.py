@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Optional, Union
 
-from launcher.config import destination, units
+from launcher.config import destination, runner_keys, units
 from launcher.config.sbatch_options import modelled_sbatch_option, unsupported_sbatch_option
 from trainer.config import values
 from trainer.config.files import FileKind, Renamed
@@ -92,6 +92,12 @@ class Profile:
     # Wait for the result (local and debug always do; SLURM returns after sbatch unless --wait).
     wait: bool = False
     array_parallelism: int = 16
+    # How a sweep runs: "array" (one job array task per point) or "pool" (`pool_workers` allocations
+    # whose ranks stay up and take the points one after another: launcher/node/pool_worker.py).
+    sweep_runner: Literal["array", "pool"] = "array"
+    pool_workers: int = 4
+    # Run the ranks as job steps (srun) of the SLURM allocation this submitter runs in (salloc), not a new job.
+    in_allocation: bool = False
     # Split job arrays into pieces of at most this many tasks (null: the cluster's MaxArraySize).
     max_array_size: Optional[int] = None
     # SLURM_CONF for the submitter's SLURM commands and the job (a relative path: from the profile file).
@@ -203,6 +209,8 @@ class Profile:
             require(not self.setup, "setup", self.setup, f"[] for the {self.executor} executor (setup lines run "
                     f"only in SLURM batch scripts; prepare this machine in your shell, or use a slurm profile)")
         _check_login(self)
+        runner_keys.check(self.executor, self.launch, self.login, self.sweep_runner, self.pool_workers,
+                          self.in_allocation)
         for key in ("partition", "account", "qos"):
             value = getattr(self, key)
             require(re.fullmatch(r"[A-Za-z0-9_.-]*", value) is not None, key, value,
@@ -250,9 +258,9 @@ PROFILE_FILES = FileKind("profile", Profile, "cluster_profiles", "launcher",
 _UPPER_BOUNDS = {"nodes": 2**31 - 1, "tasks_per_node": 65535, "cpus_per_task": 65535, "gpus_per_node": 65535,
                  "gpus_per_task": 65535,
                  "signal_delay_s": 65535, "max_timeout_requeues": 2**31 - 1,
-                 "checkpoint_every_steps": 2**31 - 1, "array_parallelism": 2**31 - 1,
+                 "checkpoint_every_steps": 2**31 - 1, "array_parallelism": 2**31 - 1, "pool_workers": 10_000,
                  "max_array_size": 2**31 - 1, "init_timeout_s": 2**31 - 1, "collective_timeout_s": 2**31 - 1}
-_BOUND_WHY = {65535: "a 16-bit SLURM field", 2**31 - 1: "a 32-bit field"}
+_BOUND_WHY = {65535: "a 16-bit SLURM field", 2**31 - 1: "a 32-bit field", 10_000: "a sweep's most points"}
 
 def _check_login(profile: Profile) -> None:
     """`login` reaches ssh's and rsync's argv (launcher.config.destination: either form OpenSSH takes)

@@ -3,5 +3,6 @@ on the submitting machine): `task` (TrainTask: one task trains one rank and brid
 protocol to submitit's requeue), `placement` (probe_task: where a task landed, what it was given),
 `torchrun_command` (the torchrun line of the `launch: torchrun` shape, as data), `torchrun_task` (that
 shape's node task and its probe), `torchrun_worker` (each rank under the node's torchrun:
-`python -m launcher.node.torchrun_worker SPEC`) and `envcheck` (the node interpreter's packages,
+`python -m launcher.node.torchrun_worker SPEC`), `pool_worker` and `pool_point` (a pool's worker, whose ranks
+stay up and run a sweep's points in turn, and one point as it runs it) and `envcheck` (the node interpreter's packages,
 checked before submitit starts: the standard library only)."""

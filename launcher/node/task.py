@@ -170,7 +170,7 @@ class TrainTask(Checkpointable):
         stops = StopSignals(settings.stop_signal)
         stops.install()
         try:
-            self.announce(settings)
+            announce(settings)
             return envelope.launched(dispatch.run_job(self.job, settings, on_stop=requeue, stops=stops))
         except StopRequested as stop:
             exit_after_stop(stop, settings.run_dir, self.run_root)
@@ -178,24 +178,23 @@ class TrainTask(Checkpointable):
         finally:
             stops.restore()
 
-    def announce(self, settings: RunSettings) -> None:
-        """Mark the start of this attempt in every rank's log (submitit appends each restart to the
-        same files) and, on rank 0, in the run's event log."""
-        env = environment.resolve(os.environ)
-        restart = os.environ.get("SLURM_RESTART_COUNT", "0")
-        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-        slurm = f", SLURM restart count {restart}" if "SLURM_JOB_ID" in os.environ else ""
-        host = env.node if env.node and env.node != "localhost" else socket.gethostname()
-        banner = (f"{ATTEMPT_BANNER} {stamp}: job {env.scheduler_job_id or '-'}{slurm}, "
-                  f"rank {env.rank}/{env.world_size} on {host}, pid {os.getpid()} =====")
-        print(banner, flush=True)
-        if not _same_terminal():  # each log file gets it; one terminal (debug executor) once
-            print(banner, file=sys.stderr, flush=True)
-        if env.is_main:
-            events.append(settings.run_dir, "started", job_id=env.scheduler_job_id, slurm_restart_count=int(restart),
-                          executor=os.environ.get("SUBMITIT_EXECUTOR", ""), host=host,
-                          world_size=env.world_size)
-
+def announce(settings: RunSettings, **fields: Any) -> None:
+    """Mark the start of an attempt in every rank's log (submitit appends each restart to the same
+    files) and, on rank 0, in the run's event log (`fields`: more of the "started" event's)."""
+    env = environment.resolve(os.environ)
+    restart = os.environ.get("SLURM_RESTART_COUNT", "0")
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    slurm = f", SLURM restart count {restart}" if "SLURM_JOB_ID" in os.environ else ""
+    host = env.node if env.node and env.node != "localhost" else socket.gethostname()
+    banner = (f"{ATTEMPT_BANNER} {stamp}: job {env.scheduler_job_id or '-'}{slurm}, "
+              f"rank {env.rank}/{env.world_size} on {host}, pid {os.getpid()} =====")
+    print(banner, flush=True)
+    if not _same_terminal():  # each log file gets it; one terminal (debug executor) once
+        print(banner, file=sys.stderr, flush=True)
+    if env.is_main:
+        events.append(settings.run_dir, "started", job_id=env.scheduler_job_id, slurm_restart_count=int(restart),
+                      executor=os.environ.get("SUBMITIT_EXECUTOR", ""), host=host, world_size=env.world_size,
+                      **fields)
 
 
 def exit_after_stop(stop: StopRequested, run_dir: str, run_root: str) -> None:

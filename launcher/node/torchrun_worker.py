@@ -25,7 +25,7 @@ from submitit.core.utils import JobPaths
 from launcher import submitit_private
 from launcher.cluster.rank_notes import probe_note, rank_note, stop_flag
 from launcher.node.placement import probe_task
-from launcher.node.task import TrainTask, private_and_coreless, reason_and_countdown
+from launcher.node.task import announce, private_and_coreless, reason_and_countdown
 from trainer.config.job import RunSettings
 from trainer.distributed import environment
 from trainer.rank.stopping import StopRequested, StopSignals
@@ -53,7 +53,7 @@ def worker(spec_path: str) -> int:
     if stop_flag(notes, node).exists():
         stops.raise_requeue_signal()  # it came while this process still ignored it
     note = rank_note(notes, env.rank)
-    TrainTask(spec["job"], settings).announce(settings)  # the attempt's banner in this rank's log
+    announce(settings)  # the attempt's banner in this rank's log
 
     def wants_requeue(name: str) -> dict[str, Any]:  # rank 0: node task 0 asks submitit (torchrun_task's doc)
         # The decision as node task 0 will take it (submitit's rule, its clock and countdown), for the

@@ -55,9 +55,9 @@ def sbatch_script(sub: Submission, chunk_size: int | None = None) -> str:
     from launcher import submitit_private  # imports submitit: see make_executor
 
     executor = make_executor(sub, script_only=True)
-    if sub.is_array:
+    if sub.jobs > 1:
         # What submitit sets on the array executor it makes for each batch of tasks.
-        executor.parameters["map_count"] = min(len(sub.tasks), chunk_size or len(sub.tasks))
+        executor.parameters["map_count"] = min(sub.jobs, chunk_size or sub.jobs)
     text = submitit_private.submission_script(executor)
     check_script(text, executor.parameters)
     return text

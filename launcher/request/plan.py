@@ -104,7 +104,7 @@ class Plan:
         if check_limits is None:
             return None
         return check_limits(self.sub.request, self.sub.profile.max_array_size, self.source, required=not dry_run,
-                            tasks=len(self.sub.tasks))
+                            tasks=self.sub.jobs)
 
     def send(self, chunk: int | None, as_json: bool) -> int:
         """Queue it (launcher.request.send, loaded only now), then the verb's report."""

@@ -84,7 +84,12 @@ def send(sub: Submission, chunk_size: int | None = None,
     carrying sbatch's own message."""
     from launcher.node.task import TrainTask  # submitit only when something is sent
 
-    if sub.profile.launch == "torchrun":  # one task per node runs torchrun (launcher.node.torchrun_task)
+    if sub.is_pool:  # workers that take the points in turn (launcher.node.pool_worker)
+        from launcher.node.pool_worker import PoolWorker
+
+        points = {t.task: (t.job, t.settings) for t in sub.tasks}
+        calls: list[Any] = [PoolWorker(points, [t.task for t in sub.tasks], str(sub.run_dir)) for _ in range(sub.jobs)]
+    elif sub.profile.launch == "torchrun":  # one task per node runs torchrun (launcher.node.torchrun_task)
         from launcher.node.torchrun_task import TorchrunTask
 
         calls = [TorchrunTask(t.job, t.settings, sub.profile.tasks_per_node, str(sub.run_dir)) for t in sub.tasks]

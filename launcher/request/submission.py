@@ -84,7 +84,18 @@ class Submission:
 
     @property
     def is_array(self) -> bool:
+        """Several tasks: a sweep's points (an array task each, or a pool's)."""
         return len(self.tasks) > 1
+
+    @property
+    def is_pool(self) -> bool:
+        """A sweep run by a pool of workers that take its points in turn (`sweep_runner: pool`)."""
+        return self.profile.sweep_runner == "pool" and any(t.settings.sweep for t in self.tasks)
+
+    @property
+    def jobs(self) -> int:
+        """How many scheduler jobs (array elements) are queued: a pool's workers, else one per task."""
+        return min(self.profile.pool_workers, len(self.tasks)) if self.is_pool else len(self.tasks)
 
     @property
     def max_num_timeout(self) -> int:
@@ -102,6 +113,7 @@ class Submission:
             "profile": asdict(self.profile), "job": asdict(first.job), "settings": asdict(first.settings),
             "executor_parameters": self.parameters,
             "sweep_overrides": [t.overrides for t in self.tasks] if self.is_array else None,
+            **({"runner": "pool", "pool_workers": self.jobs} if self.is_pool else {}),
             **({"torchrun": torchrun_command.preview(self.profile.nodes, self.profile.tasks_per_node)}
                if self.profile.launch == "torchrun" else {}),
             # The one lookup rule, as the ranks will apply it (docs/your-code.md#where-your-code-is-found).
@@ -172,6 +184,8 @@ def build(profile: Profile, points: list[Point], run_dir: Path, is_sweep: bool,
         root = next((p.job.project_root for p in points if p.job.project_root), "")
         request = slurm_request(profile, points[0].job.name, after, run_dir, submit_dir, root, code_root)
         params, python = sbatch.parameters(request), sbatch.python_command(request)
+        if is_sweep and profile.sweep_runner == "pool":  # every worker at once: they share the points
+            params["array_parallelism"] = max(1, min(profile.pool_workers, len(points)))
     else:  # the local executor starts the same command (containers need srun: refused in Profile)
         params, python = local_parameters(profile), shlex.quote(profile.python) if profile.python else None
     return Submission(profile.executor, run_dir, log_dir(run_dir), profile, tasks, params,

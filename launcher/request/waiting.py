@@ -148,8 +148,11 @@ def wait(job: Any, poll_s: float = 1.0, force_every_s: float = 5.0, grace_s: flo
 
 
 def sweep_tasks(info: RecordedRun, jobs: list[Any]) -> list[int]:
-    """The tasks of the run that `jobs` (just queued) run."""
+    """The tasks of the run that `jobs` (just queued) run: a pool's, the points its workers were given."""
     mine = {str(j.job_id) for j in jobs}
+    if info.is_pool:
+        resumed = [r for r in info.record.get("resumes") or [] if mine & {str(j) for j in r.get("job_ids", [])}]
+        return list(resumed[-1].get("tasks") or []) if resumed else list(range(info.num_tasks))
     return [t for t, ids in enumerate(info.task_jobs) if ids and ids[-1] in mine]
 
 
@@ -161,11 +164,13 @@ def sweep_endings(info: RecordedRun, jobs: list[Any], poll_s: float = 2.0
     if info.executor == "debug":
         _run_debug_jobs(info, jobs, tasks)
     reported: set[int] = set()
-    task_of = {ids[-1]: t for t, ids in enumerate(info.task_jobs) if ids}
+    task_of = {ids[-1]: t for t, ids in enumerate(info.task_jobs) if ids} if not info.is_pool else {}
     # Each local task is its own controller: one whose rank died before the process group formed
-    # would wait init_timeout_s, as a single run would without LocalFailFast.
-    failfast = {task_of[str(j.job_id)]: LocalFailFast(j, [j.task(k) for k in range(j.num_tasks)])
-                for j in jobs if _is_local(j) and getattr(j, "num_tasks", 1) > 1 and str(j.job_id) in task_of}
+    # would wait init_timeout_s, as a single run would without LocalFailFast. (A pool's worker whose rank
+    # died is stopped whole: the point it held is taken back by another.)
+    failfast = {task_of.get(str(j.job_id), -1 - n): LocalFailFast(j, [j.task(k) for k in range(j.num_tasks)])
+                for n, j in enumerate(jobs) if _is_local(j) and getattr(j, "num_tasks", 1) > 1
+                and (info.is_pool or str(j.job_id) in task_of)}
     delays = backoff(0.2, poll_s)
     while len(reported) < len(tasks):
         began = time.monotonic()
@@ -173,7 +178,7 @@ def sweep_endings(info: RecordedRun, jobs: list[Any], poll_s: float = 2.0
             if info.executor == "local":
                 job.done()  # reaps finished controllers, so they are not seen as running zombies
         for task, ff in failfast.items():
-            if ff.failed is None and task not in reported and ff.check():
+            if ff.failed is None and task not in reported and ff.check() and task >= 0:
                 gone = not Path(ff.tasks[ff.failed].paths.result_pickle).exists()  # else its traceback tells
                 record.write_failure(info.task_dir(task), ff.failed, f"rank {ff.failed} " + (
                     "ended without a result (its process is gone)" if gone else "failed") + "; its peers were stopped")

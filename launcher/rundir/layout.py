@@ -16,6 +16,8 @@ shape's notes from launcher.cluster.rank_notes, which the node writes).
         result.json     the final metrics, once the run has finished (failure.json if it failed)
         curves.png      loss and accuracy per epoch
         task-NNNN/      a sweep's tasks, each laid out like a single run (without run.json)
+            logs/       a pool's point: its ranks' output under each worker that ran it
+        pool/           a pool's claim records, one folder per point (launcher.cluster.pool_claims)
         summary.csv, summary.md, summary.png   a sweep's table and picture
 """
 
@@ -27,7 +29,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from launcher.cluster import rank_notes
+from launcher.cluster import pool_claims, rank_notes
 from trainer.config.schema import ConfigError
 from trainer.rank import rundir
 
@@ -45,6 +47,8 @@ CURVES_FILE = "curves.png"
 SUMMARY_CSV, SUMMARY_MD, SUMMARY_PNG = "summary.csv", "summary.md", "summary.png"
 LOGS_DIR = "logs"
 TORCHRUN_DIR = rank_notes.TORCHRUN_DIR  # in a job's logs: written on the node (launcher.cluster.rank_notes)
+POOL_DIR = pool_claims.POOL_DIR  # a pool's claims: written by its workers (launcher.cluster.pool_claims)
+point_log_path = pool_claims.point_log  # a pool point's log, under the worker (job id) that ran it
 # The code snapshot (launcher.rundir.snapshot): the code the tasks import, your project's copy when it is
 # not this tool's checkout, and the note in code/ naming what was copied.
 SNAPSHOT_DIR, PROJECT_DIR, NOTE_FILE = "code", "project", "SNAPSHOT.json"

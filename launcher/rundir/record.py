@@ -152,6 +152,11 @@ class RecordedRun:
         return self.num_tasks > 1 or bool(self.record.get("sweep_overrides"))
 
     @property
+    def is_pool(self) -> bool:
+        """A sweep run by a pool of workers (`sweep_runner: pool`): its job ids are the workers'."""
+        return self.record.get("runner") == "pool"
+
+    @property
     def overrides(self) -> list[dict[str, Any]]:
         return list(self.record.get("sweep_overrides") or [{}] * self.num_tasks)
 

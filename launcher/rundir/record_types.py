@@ -103,7 +103,7 @@ RUN = {
     "sweep_overrides": optional(list_of(mapping(), MAX_SWEEP_TASKS)), "profile": _NAMED, "job": _NAMED,
     "resumes": optional(list_of(mapping({"job_ids": list_of(job_id, MAX_SWEEP_TASKS * 4), "time": number}), MOST_ATTEMPTS)),
     "state": optional(text), "error": optional(text), "failed_rank": optional(integer(0, 2**31 - 1)),
-    "cancelled_at": optional(number), "best": optional(mapping()),
+    "cancelled_at": optional(number), "best": optional(mapping()), "runner": optional(text),
 }
 
 # tasks.json: every task's full job, which --resume rebuilds.

@@ -8,7 +8,9 @@ is read from what the previous attempt left:
   (submitit's own distinction, the one `max_timeout_requeues` counts);
 * it did not requeue itself but the same job came back (SLURM requeued it: `scontrol requeue`,
   a node failure, a preemption in requeue mode): "slurm-requeue";
-* a new job continued the run (`submit.py --resume` after a failure or a refused requeue): "failure".
+* a new job continued the run (`submit.py --resume` after a failure or a refused requeue): "failure";
+* a pool's point (launcher.node.pool_worker) that another worker continued: "slurm-requeue" when SLURM
+  ended its worker (which gave it back), "taken-back" when its worker died holding it.
 
 No torch here: `submit.py status` and `--json` use it.
 """
@@ -28,6 +30,7 @@ CAUSES = {
     "preemption": "requeued after preemption",
     "slurm-requeue": "requeued by SLURM (scontrol requeue, node failure)",
     "failure": "resumed after a failure",
+    "taken-back": "taken back from a pool worker that died",
 }
 
 
@@ -93,7 +96,10 @@ def classify(log: list[dict[str, Any]]) -> Restarts:
         if stopped is not None and stopped.get("requeued"):
             restart.cause = stopped.get("reason") if stopped.get("reason") in CAUSES else "preemption"
             restart.detail = f"SIG{stopped.get('signal')} at step {stopped.get('step')}"
-        elif same_job:
+        elif start.get("pool_worker") and not same_job and stopped is None:
+            restart.cause = "taken-back"
+            restart.detail = f"job {before.get('job_id', '?')} died holding it; job {start.get('job_id', '?')} took it"
+        elif same_job or (start.get("pool_worker") and stopped is not None):
             restart.cause = "slurm-requeue"
             restart.detail = (f"SIGTERM at step {stopped.get('step')}" if stopped is not None
                               else "killed without warning")

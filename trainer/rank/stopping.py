@@ -66,6 +66,7 @@ class StopSignals:
             self.names["TERM"] = TERMINATE
         self.kind = NONE
         self.name = ""
+        self.signalled = False  # a real signal arrived (not only a `request` of this process's own)
         self._previous: dict[int, Any] = {}
 
     def install(self) -> bool:
@@ -86,9 +87,24 @@ class StopSignals:
             # follows up with SIGKILL if we are stuck (KillWait, torchrun), while a rank stuck in a
             # collective is ended by the collective timeout.
             kind = self.names[name]
-            if kind > self.kind:  # TERMINATE outranks REQUEUE: SLURM is already ending the job
+            # TERMINATE outranks REQUEUE: SLURM is already ending the job. A signal replaces a `request`.
+            if kind > self.kind or not self.signalled:
                 self.kind, self.name = kind, name
+            self.signalled = True
         return handle
+
+    def request(self, name: str) -> None:
+        """A stop asked for by this process itself, as SLURM's own ending is (TERMINATE: nothing requeues):
+        a pool worker's point that was cancelled, or taken back from it (launcher.node.pool_worker)."""
+        if not self.kind:
+            self.kind, self.name = TERMINATE, name
+
+    def clear(self) -> bool:
+        """Forget a stop this process asked for with `request`; False (kept) where a signal arrived."""
+        if self.signalled:
+            return False
+        self.kind, self.name = NONE, ""
+        return True
 
     def restore(self) -> None:
         for signum, previous in self._previous.items():

@@ -24,6 +24,7 @@ from trainer.rank import stopping, timing
 from trainer.rank.stopping import StopHook, StopSignals
 
 if TYPE_CHECKING:  # annotations only: the function runner imports torch
+    from trainer.distributed.held import HeldGroup
     from trainer.runners.functions import Call
 
 BUILTIN = "trainer.recipes.training:fit"
@@ -49,6 +50,24 @@ def run_job(job: JobConfig, settings: RunSettings, environ: Mapping[str, str] | 
         from trainer.runners import functions  # torch (seconds): only for a function
 
         return functions.run_function(function_of(job, settings), job, settings, env, stops, on_stop)
+
+
+def run_point(job: JobConfig, settings: RunSettings, held: HeldGroup, stops: StopSignals,
+              on_stop: StopHook | None = None, number: int = 0) -> dict[str, Any]:
+    """`run_job` for one of the runs a process group is held across (a pool worker's sweep point,
+    launcher.node.pool_worker): a function runs in the held group; a script forms its own group, so it
+    runs as ever, a fresh set of processes, its rendezvous on a port of its own (`number`: this
+    worker's count of runs so far, the same on every rank: the port differs from the held group's and
+    from the run before, whose sockets may linger)."""
+    timing.begin()
+    if job.script:
+        from trainer.runners import scripts
+
+        env = dataclasses.replace(held.env, master_port=environment.port_for_job(f"{held.env.job_id}:run-{number}"))
+        return scripts.run_script(job, settings, env, stops, on_stop)
+    from trainer.runners import functions
+
+    return functions.run_in_held_group(function_of(job, settings), job, settings, held, stops, on_stop)
 
 
 def function_of(job: JobConfig, settings: RunSettings) -> Call:

@@ -22,9 +22,10 @@ import torch
 from trainer.config import project
 from trainer.config.job import JobConfig, RunSettings, interrupt_steps
 from trainer.config.lookup import CODE_ROOT
-from trainer.config.trackers import merged
+from trainer.config.trackers import TrackerConfig, merged
 from trainer.distributed import process, usergroup
 from trainer.distributed.environment import DistEnv
+from trainer.distributed.held import HeldGroup
 from trainer.rank import rundir, timing
 from trainer.rank.context import Context, previous_attempts
 from trainer.rank.stopping import StopHook, StopRequested, StopSignals
@@ -56,46 +57,73 @@ def run_function(call: Call, job: JobConfig, settings: RunSettings, env: DistEnv
     metrics in the result envelope (trainer.runners.envelope)."""
     threads = process.set_threads(settings.threads)
     device = process.pick_device(settings.use_gpus, env)
-    # The submitter merged the job's and the profile's; `python -m trainer` has only the job's.
-    trackers = settings.tracker if settings.tracker.names() else merged(job.tracker, None, job.tensorboard)
     # Rank 0 opens the MLflow/W&B runs before the group forms: their imports and start-up take seconds,
     # which the other ranks wait out in the rendezvous (init_timeout_s), not in a collective (45 s).
-    opened = None
-    if env.is_main and (trackers.mlflow or trackers.wandb):
-        attempt = previous_attempts(Path(settings.run_dir)) + 1
-        opened = Trackers(Path(settings.run_dir), trackers, tracker_info(job, settings, env, attempt))
+    trackers, opened = open_trackers(job, settings, env)
     with closed_on_error(opened), process_group(env, device, settings.init_timeout_s, settings.collective_timeout_s):
         timing.mark("process_group")
-        every = settings.checkpoint_every_steps if job.checkpoint_every_steps is None else job.checkpoint_every_steps
-        if job.deterministic and device.type == "cpu":
-            torch.use_deterministic_algorithms(True, warn_only=True)
-        torch.manual_seed(job.seed)  # the same start on every rank unless the function seeds itself
-        ctx = Context(env, device, settings.run_dir, call.config, stops=stops, stop_signal=settings.stop_signal,
-                      on_stop=on_stop, checkpoint_every_steps=every, keep_checkpoints=job.keep_checkpoints,
-                      tensorboard=trackers.tensorboard, progress_bar=settings.progress_bar,
-                      log_every_steps=job.log_every_steps, interrupts=interrupt_steps(job), trackers=opened)
-        ctx.report.log(f"{job.name}: {call.name} on {env.world_size} rank(s) via {env.launcher}, device {device}"
-                       + (f", attempt {ctx.restarts + 1}" if ctx.restarts else ""))
-        if ctx.restarts and not rundir.has_checkpoint(ctx.run_dir):
-            # Nothing to resume from (the function checkpoints nothing, or was stopped before it did).
-            ctx.report.event("restarted_from_scratch", attempt=ctx.restarts + 1)
-        start = time.perf_counter()
-        try:
-            # Code written for submitit/torchrun forms the group itself: for this world, a no-op (one log line).
-            with usergroup.kept_for_the_tool(lambda line: print(f"[trainer] {line}", flush=True)):  # every rank's log
-                returned = call.function(ctx, call.config) if call.with_config else call.function(ctx)
-        except StopRequested:
-            ctx.close("stopped")
-            raise
-        except BaseException:
-            ctx.close("failed")
-            raise
-        ctx.close()
-        if returned is not None and not isinstance(returned, dict):
-            raise TypeError(f"{call.name} returned {type(returned).__name__}; return a dict of metrics or None")
-        metrics = {**ctx.last_metrics, **(returned or {})}
-        ctx.report.event("finished", step=metrics.get("step"))
-        return envelope(metrics, env, settings.run_dir, threads, start, resumed_from=ctx.resumed_from)
+        return call_on_rank(call, job, settings, env, stops, on_stop, device, threads, trackers, opened)
+
+
+def run_in_held_group(call: Call, job: JobConfig, settings: RunSettings, held: HeldGroup, stops: StopSignals,
+                      on_stop: StopHook | None) -> dict[str, Any]:
+    """`run_function` for one of the runs of a group held across them (a pool worker's point,
+    trainer.distributed.held): the process is set up and the group formed already; what a fresh
+    process would not carry over from the run before is set again (call_on_rank)."""
+    threads = process.set_threads(settings.threads)
+    trackers, opened = open_trackers(job, settings, held.env)
+    with closed_on_error(opened):
+        timing.mark("process_group")
+        return call_on_rank(call, job, settings, held.env, stops, on_stop, held.device, threads, trackers, opened)
+
+
+def open_trackers(job: JobConfig, settings: RunSettings, env: DistEnv) -> tuple[TrackerConfig, Trackers | None]:
+    """The run's trackers, and on rank 0 their MLflow/W&B runs opened (None elsewhere or without one)."""
+    # The submitter merged the job's and the profile's; `python -m trainer` has only the job's.
+    trackers = settings.tracker if settings.tracker.names() else merged(job.tracker, None, job.tensorboard)
+    if env.is_main and (trackers.mlflow or trackers.wandb):
+        attempt = previous_attempts(Path(settings.run_dir)) + 1
+        return trackers, Trackers(Path(settings.run_dir), trackers, tracker_info(job, settings, env, attempt))
+    return trackers, None
+
+
+def call_on_rank(call: Call, job: JobConfig, settings: RunSettings, env: DistEnv, stops: StopSignals,
+                 on_stop: StopHook | None, device: torch.device, threads: int, trackers: TrackerConfig,
+                 opened: Trackers | None) -> dict[str, Any]:
+    """The function called on this rank inside the job's group, with its Context; its metrics."""
+    every = settings.checkpoint_every_steps if job.checkpoint_every_steps is None else job.checkpoint_every_steps
+    # Set whichever way, each run: a process that ran another run before (a pool worker) must start
+    # where a fresh one does.
+    torch.use_deterministic_algorithms(job.deterministic and device.type == "cpu", warn_only=True)
+    torch.set_grad_enabled(True)
+    torch.set_default_dtype(torch.float32)
+    torch.manual_seed(job.seed)  # the same start on every rank unless the function seeds itself
+    ctx = Context(env, device, settings.run_dir, call.config, stops=stops, stop_signal=settings.stop_signal,
+                  on_stop=on_stop, checkpoint_every_steps=every, keep_checkpoints=job.keep_checkpoints,
+                  tensorboard=trackers.tensorboard, progress_bar=settings.progress_bar,
+                  log_every_steps=job.log_every_steps, interrupts=interrupt_steps(job), trackers=opened)
+    ctx.report.log(f"{job.name}: {call.name} on {env.world_size} rank(s) via {env.launcher}, device {device}"
+                   + (f", attempt {ctx.restarts + 1}" if ctx.restarts else ""))
+    if ctx.restarts and not rundir.has_checkpoint(ctx.run_dir):
+        # Nothing to resume from (the function checkpoints nothing, or was stopped before it did).
+        ctx.report.event("restarted_from_scratch", attempt=ctx.restarts + 1)
+    start = time.perf_counter()
+    try:
+        # Code written for submitit/torchrun forms the group itself: for this world, a no-op (one log line).
+        with usergroup.kept_for_the_tool(lambda line: print(f"[trainer] {line}", flush=True)):  # every rank's log
+            returned = call.function(ctx, call.config) if call.with_config else call.function(ctx)
+    except StopRequested:
+        ctx.close("stopped")
+        raise
+    except BaseException:
+        ctx.close("failed")
+        raise
+    ctx.close()
+    if returned is not None and not isinstance(returned, dict):
+        raise TypeError(f"{call.name} returned {type(returned).__name__}; return a dict of metrics or None")
+    metrics = {**ctx.last_metrics, **(returned or {})}
+    ctx.report.event("finished", step=metrics.get("step"))
+    return envelope(metrics, env, settings.run_dir, threads, start, resumed_from=ctx.resumed_from)
 
 
 @contextlib.contextmanager
