@@ -38,6 +38,15 @@ def controller_alive(job_id: str, run_dir: Path) -> bool:
     return alive(job_id) and "submitit.local._local" in cmdline and str(run_dir) in cmdline
 
 
+def launcher_alive(pid: int | str, run_dir: Path) -> bool:
+    """A run's own launching process (the bash of a job step in an allocation held here) still runs."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return False
+    return alive(pid) and str(run_dir) in cmdline
+
+
 def children(pid: int) -> list[int]:
     out = []
     for stat in Path("/proc").glob("[0-9]*/stat"):

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from launcher.cluster import local
+from launcher.cluster.slurm import allocation
 from launcher.cluster.slurm.accounting import scancel, scancel_ids
 from launcher.cluster.slurm.env import slurm_env
 from launcher.commands.console import EXIT_FAILED, EXIT_OK, ArgumentParser, relative
@@ -50,8 +51,15 @@ def cancel(args: argparse.Namespace) -> int:
         ids = active_workers(info)
     else:
         ids = [ts.job_id for ts in active]
-    if info.executor == "slurm":
+    if info.step:  # a job step of an allocation: that step, never the allocation (the user's own)
+        ids = allocation.steps_named(str(info.step["job_id"]), allocation.step_name(run_dir.name),
+                                     slurm_env(info.slurm_conf))
+    elif info.executor == "slurm":
         ids = scancel_ids(ids, ids if info.is_pool else [ts.job_id for ts in states])
+    if not ids:
+        print(f"nothing to cancel: the job step of {relative(run_dir)} has ended", flush=True)
+        return EXIT_OK
+    if info.executor == "slurm":
         failed = scancel(ids, slurm_env(info.slurm_conf))
         if failed:
             print(f"error: scancel failed: {failed}", file=sys.stderr)

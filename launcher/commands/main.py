@@ -63,6 +63,10 @@ def submit_parser() -> ArgumentParser:
     parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                         help="override a field, e.g. job.epochs=3 or profile.tasks_per_node=4 (YAML scalar)")
     parser.add_argument("--dry-run", action="store_true", help="show what would be submitted; submit nothing")
+    parser.add_argument("--when", action="store_true", help="SLURM: when would it start (this request and a few "
+                        "variants, asked of sbatch --test-only); submit nothing")
+    parser.add_argument("--in-allocation", action="store_true", help="SLURM: run the ranks as a job step of the "
+                        "allocation this shell holds (salloc), not as a new job (profile key in_allocation)")
     parser.add_argument("--json", action="store_true", help="end standard output with one JSON object")
     parser.add_argument("--wait", action="store_true", help="wait for a SLURM run to finish and print its result")
     parser.add_argument("--after", metavar="RUN", help="start only after RUN finished successfully (SLURM)")
@@ -86,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
             return code
         if command:
             return load(COMMANDS[command])(args)
+        if args.in_allocation:  # the profile key, checked with the others
+            args.sets.append("profile.in_allocation=true")
         if args.resume is None:
             if args.runs_dir is not None:  # silently unused otherwise: a new run goes to the profile's runs_dir
                 raise ConfigError(f"--runs-dir {args.runs_dir}: only --resume reads it (where to find RUN); a new "

@@ -222,7 +222,7 @@ class Profile:
 
     @property
     def waits(self) -> bool:
-        return self.wait or self.executor in ("local", "debug")
+        return self.wait or self.executor in ("local", "debug") or self.in_allocation
 
     @property
     def slurm_conf_file(self) -> str:

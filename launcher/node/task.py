@@ -40,6 +40,7 @@ from submitit.core.utils import UncompletedJobError
 from submitit.helpers import Checkpointable
 
 from launcher import submitit_private
+from launcher.cluster.slurm import allocation
 from trainer.config.job import JobConfig, RunSettings
 from trainer.distributed import environment
 from trainer.rank import events
@@ -69,12 +70,20 @@ class SubmititRequeue:
         return None if found is None else cls(*found)
 
     @property
+    def allowed(self) -> bool:
+        """A job step of an allocation the submitter held (`in_allocation`) is never requeued: SLURM cannot
+        requeue an allocation, and `scontrol requeue` is not asked."""
+        return not os.environ.get(allocation.STEP_VARIABLE)
+
+    @property
     def signal_name(self) -> str:
         return signal.Signals(self.signum).name.removeprefix("SIG")
 
     def __call__(self, signal_name: str) -> dict[str, Any]:
         decision = reason_and_countdown(self.handler.has_timed_out(),
                                         submitit_private.timeout_requeues_left(self.handler))
+        if not self.allowed:
+            return {"requeued": False, "message": "a job step of your own allocation is not requeued", **decision}
         # SLURM may signal the step again while `scontrol requeue` runs (it sends to every process of
         # the step): ignored here, the disposition is inherited by that child, which would otherwise
         # die of it and leave the job unrequeued.

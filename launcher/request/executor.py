@@ -31,6 +31,11 @@ def make_executor(sub: Submission, script_only: bool = False) -> Any:
         # The signal name is read by submitit both when writing --signal and on the node.
         submitit_private.set_requeue_signal(sub.profile.signal)
         cls = _script_only_slurm_executor() if script_only else submitit.SlurmExecutor
+        if sub.allocation is not None and not script_only:  # a job step of the allocation held here
+            from launcher.request.in_allocation import executor_class
+
+            cls = executor_class()
+            cls.held = sub.allocation
         executor = cls(folder, max_num_timeout=sub.max_num_timeout, python=sub.python)
     executor.update_parameters(**sub.parameters)
     return executor

@@ -10,11 +10,13 @@ sending and waiting code (launcher.request.send, .waiting; benchmarks/submitter.
 from __future__ import annotations
 
 import argparse
+import os
 from dataclasses import asdict, dataclass, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
 from launcher.cluster import preflights
+from launcher.cluster.slurm import allocation
 from launcher.cluster.jobids import distinct_bases
 from launcher.config import checks
 from launcher.config.profile import Profile
@@ -39,10 +41,12 @@ class Checked:
     after: list[str]
     submit_dir: Path
     project: snapshot.Survey | None
+    held: allocation.Allocation | None = None  # the allocation the ranks run in (`in_allocation`)
 
     def submission(self) -> Submission:
         """The submission as it is queued from this machine."""
-        return build(self.profile, self.points, self.run_dir, self.is_sweep, self.after, self.submit_dir, self.project)
+        return build(self.profile, self.points, self.run_dir, self.is_sweep, self.after, self.submit_dir, self.project,
+                     held=self.held)
 
 
 def check(profile: Profile, points: list[Point], run_dir: Path | None, is_sweep: bool, source: str,
@@ -68,13 +72,25 @@ def check(profile: Profile, points: list[Point], run_dir: Path | None, is_sweep:
         files = snapshot.survey(Path(root), profile.snapshot_exclude, profile.snapshot_max_mb, source,
                                 skip=[Path(profile.runs_dir).expanduser().resolve()])
     checks.check_writable_folder(run_dir.parent, "profile.runs_dir", "the run folder")
+    held = _allocation(profile, len(points)) if profile.in_allocation else None
     for p in points:
         checks.check_here(profile, p.job, source, p.source)
         if not profile.login:
             checks.check_where_it_runs(profile, p.job, source, p.source)
         if files is not None:
             checks.check_in_snapshot(p.job, files.files, p.source)
-    return Checked(profile, points, run_dir, is_sweep, source, after_jobs, submit_dir or Path.cwd(), files)
+    return Checked(profile, points, run_dir, is_sweep, source, after_jobs, submit_dir or Path.cwd(), files, held)
+
+
+def _allocation(profile: Profile, tasks: int) -> allocation.Allocation:
+    """The allocation this submitter runs in, checked to hold what the profile asks for (`in_allocation`)."""
+    if tasks > 1:  # one job step at a time; an array needs jobs of its own
+        raise ConfigError(f"--in-allocation (profile.in_allocation): a sweep's {tasks} tasks do not run inside an "
+                          f"allocation; submit the sweep without it (an array, or sweep_runner: pool)")
+    held = allocation.current(os.environ)
+    allocation.check(held, profile.nodes, profile.tasks_per_node, profile.cpus_per_task, profile.gpus_per_node)
+    assert held is not None
+    return held
 
 
 def new_run(args: argparse.Namespace) -> Checked:

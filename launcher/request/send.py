@@ -11,6 +11,7 @@ import contextlib
 import io
 import os
 import shutil
+import socket
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -170,6 +171,9 @@ def _queue(sub: Submission, calls: list[Callable[[], Any]], chunk_size: int | No
         sys.stderr.write(held.getvalue())
         raise
     sys.stderr.write(held.getvalue())
+    if sub.allocation is not None and (sub.run_dir / RUN_FILE).is_file():  # the step's bash stands for the job
+        update_record(sub.run_dir, allocation={"job_id": sub.allocation.job_id, "pid": jobs[0].process.pid,
+                                               "host": socket.gethostname()})
     return jobs
 
 

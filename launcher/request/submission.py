@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from launcher.cluster.slurm import sbatch
+from launcher.cluster.slurm import allocation, sbatch
 from launcher.config.profile import Profile
 from launcher.config.resolve import Point
 from launcher.node import torchrun_command
@@ -63,6 +63,8 @@ class Submission:
     # What RUN/code/SNAPSHOT.json also records of where the code came from (over SSH: the laptop's
     # commit and dirty state, its project root and submit directory); {}: it was taken here.
     origin: dict[str, Any] = field(default_factory=dict)
+    # The allocation the ranks run in as a job step (`in_allocation`; None: a job of their own).
+    allocation: allocation.Allocation | None = None
 
     @property
     def project_root(self) -> str:
@@ -114,6 +116,8 @@ class Submission:
             "executor_parameters": self.parameters,
             "sweep_overrides": [t.overrides for t in self.tasks] if self.is_array else None,
             **({"runner": "pool", "pool_workers": self.jobs} if self.is_pool else {}),
+            **({"in_allocation": {"job_id": self.allocation.job_id, "nodes": self.allocation.nodelist}}
+               if self.allocation is not None else {}),
             **({"torchrun": torchrun_command.preview(self.profile.nodes, self.profile.tasks_per_node)}
                if self.profile.launch == "torchrun" else {}),
             # The one lookup rule, as the ranks will apply it (docs/your-code.md#where-your-code-is-found).
@@ -145,7 +149,8 @@ def slurm_request(profile: Profile, job_name: str, after: list[str] | None = Non
         array_parallelism=profile.array_parallelism, env=dict(profile.env), setup=list(profile.setup),
         sbatch_extra=dict(profile.sbatch_extra), slurm_conf=profile.slurm_conf_file, after=list(after or []),
         python=profile.python, container=profile.container, container_runtime=profile.container_runtime,
-        container_binds=binds)
+        container_binds=binds,
+        step_name=allocation.step_name(run_dir.name if run_dir else job_name) if profile.in_allocation else "")
 
 
 def local_parameters(profile: Profile) -> dict[str, Any]:
@@ -174,7 +179,7 @@ def run_settings(profile: Profile, point: Point, folder: Path, swept: bool, run_
 def build(profile: Profile, points: list[Point], run_dir: Path, is_sweep: bool,
           after: list[str] | None = None, submit_dir: Path | None = None,
           project_files: snapshot.Survey | None = None, code_root: Path = CODE_ROOT,
-          origin: dict[str, Any] | None = None) -> Submission:
+          origin: dict[str, Any] | None = None, held: allocation.Allocation | None = None) -> Submission:
     """The whole submission for `points` (one, or one per array task) under `run_dir`. Pure."""
     tasks = [TaskSpec(p.task, p.job, run_settings(profile, p, task_dir(run_dir, p.task, is_sweep), is_sweep, run_dir),
                       p.overrides) for p in points]
@@ -190,7 +195,7 @@ def build(profile: Profile, points: list[Point], run_dir: Path, is_sweep: bool,
         params, python = local_parameters(profile), shlex.quote(profile.python) if profile.python else None
     return Submission(profile.executor, run_dir, log_dir(run_dir), profile, tasks, params,
                       profile.slurm_conf_file, list(after or []), python, request, submit_dir, project_files,
-                      code_root, dict(origin or {}))
+                      code_root, dict(origin or {}), held if profile.in_allocation else None)
 
 
 def moved(sub: Submission, run_dir: Path) -> Submission:
@@ -199,4 +204,4 @@ def moved(sub: Submission, run_dir: Path) -> Submission:
     the run folder into a container."""
     points = [Point(t.task, t.job, t.overrides, "", t.settings.data_dir, t.settings.tracker) for t in sub.tasks]
     return build(sub.profile, points, run_dir, sub.is_array, sub.after_job_ids, sub.submit_dir, sub.project,
-                 sub.code_root, sub.origin)
+                 sub.code_root, sub.origin, sub.allocation)

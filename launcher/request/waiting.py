@@ -71,6 +71,10 @@ def _ended(job: Any, force: bool) -> str:
 
     if isinstance(job, LocalJob):
         return "FINISHED" if job.done() else ""  # the controller has exited (all its tasks have)
+    if hasattr(job, "process"):  # a job step of the allocation held here: its bash stands for the job
+        from launcher.request.in_allocation import launcher_state
+
+        return launcher_state(job)
     if not force or not job.watcher.is_done(job.job_id, mode="force"):
         return ""
     state = str(job.watcher.get_state(job.job_id, mode="cache"))

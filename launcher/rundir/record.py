@@ -157,6 +157,12 @@ class RecordedRun:
         return self.record.get("runner") == "pool"
 
     @property
+    def step(self) -> dict[str, Any]:
+        """A run that ran as a job step of an allocation held where it was submitted (`in_allocation`):
+        that allocation's job id, and the host and pid of the bash that stands for the job; {} otherwise."""
+        return dict(self.record.get("allocation") or {})
+
+    @property
     def overrides(self) -> list[dict[str, Any]]:
         return list(self.record.get("sweep_overrides") or [{}] * self.num_tasks)
 

@@ -104,6 +104,7 @@ RUN = {
     "resumes": optional(list_of(mapping({"job_ids": list_of(job_id, MAX_SWEEP_TASKS * 4), "time": number}), MOST_ATTEMPTS)),
     "state": optional(text), "error": optional(text), "failed_rank": optional(integer(0, 2**31 - 1)),
     "cancelled_at": optional(number), "best": optional(mapping()), "runner": optional(text),
+    "allocation": optional(mapping({"job_id": job_id, "pid": integer(1, 2**31 - 1), "host": text})),
 }
 
 # tasks.json: every task's full job, which --resume rebuilds.

@@ -20,6 +20,7 @@ import datetime
 import json
 import os
 import re
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -100,7 +101,7 @@ def task_states(info: RecordedRun, use_scheduler: bool = True) -> list[TaskState
     current = [ids[-1] if ids else "" for ids in task_jobs]
     sacct: dict[str, SchedulerRecord] | None = None
     squeue: dict[str, SchedulerRecord] | None = None
-    if info.executor == "slurm" and use_scheduler:
+    if info.executor == "slurm" and use_scheduler and not info.step:  # (a step's allocation runs on after it)
         env = slurm_env(info.slurm_conf)
         sacct = sacct_records([j for j in current if j], env, info.record.get("created"))
         if sacct is None or any(j and (j not in sacct or sacct[j].state == "pending"
@@ -156,6 +157,15 @@ def _from_folder(ts: TaskState, info: RecordedRun, job_id: str, outcomes: dict[i
     return failure
 
 
+def _step_alive(info: RecordedRun) -> bool:
+    """A run in an allocation held where it was submitted: its bash (on that host), else the allocation."""
+    step = info.step
+    if step.get("host") == socket.gethostname():
+        return local.launcher_alive(step.get("pid", 0), info.run_dir)
+    queued = squeue_records(slurm_env(info.slurm_conf)) or {}
+    return queued.get(str(step.get("job_id")), None) is not None
+
+
 def _one_task(info: RecordedRun, task: int, job_id: str, history: list[str],
               sacct: dict[str, SchedulerRecord] | None, squeue: dict[str, SchedulerRecord] | None,
               overrides: dict[str, Any]) -> TaskState:
@@ -177,7 +187,8 @@ def _one_task(info: RecordedRun, task: int, job_id: str, history: list[str],
     if record is not None:
         ts.source = "sacct" if sacct and job_id in sacct else "squeue"
         _from_scheduler(ts, record, (squeue or {}).get(job_id))
-    elif info.executor == "local" and local.controller_alive(job_id, info.run_dir):
+    elif info.executor == "local" and local.controller_alive(job_id, info.run_dir) or \
+            info.step and sacct is None and _step_alive(info):
         ts.state, ts.source = "running", "process"
     else:
         failure = _from_folder(ts, info, job_id, outcomes, failure)

@@ -16,6 +16,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from launcher.cluster.slurm import allocation
 from launcher.cluster.slurm.srun import SRUN_ARGS
 from trainer.config.schema import ConfigError
 from trainer.distributed import threads
@@ -57,6 +58,8 @@ class SlurmRequest:
     # Each rank's CPU threads (the profile's cpus_per_task; 0: cpus_per_task here, one rank per task). In
     # the torchrun shape one task holds a node's ranks, so its cpus_per_task is theirs together.
     rank_threads: int = 0
+    # A job step of the allocation the submitter runs in (`in_allocation`), named so ("": a job of its own).
+    step_name: str = ""
 
 
 def setup_lines(req: SlurmRequest) -> list[str]:
@@ -65,6 +68,7 @@ def setup_lines(req: SlurmRequest) -> list[str]:
     # The thread variables: libraries that start thread pools before the trainer sets its thread count
     # (torch reads OMP_NUM_THREADS at import) use one rank's CPUs, not the task's or the whole node's.
     env = {**({"SLURM_CONF": req.slurm_conf} if req.slurm_conf else {}), "SUBMITIT_PREEMPT_SIGNAL": req.signal,
+           **({allocation.STEP_VARIABLE: req.step_name} if req.step_name else {}),
            **threads.variables(req.rank_threads or req.cpus_per_task), **req.env}
     lines = [f"export {key}={shlex.quote(value)}" for key, value in env.items()]
     lines += req.setup  # as written, once the preflight's `bash -n` accepted them (limits.check_setup_lines)
@@ -123,6 +127,19 @@ def gpu_srun_args(req: SlurmRequest) -> list[str]:
     return ["--gpu-bind=single:1"] if req.gpus_per_node and req.gpus_per_task == 1 else []
 
 
+def step_args(req: SlurmRequest) -> list[str]:
+    """srun's own options for a job step of an allocation the submitter holds (`in_allocation`): the
+    request's geometry, GPUs, memory and warning signal, which an sbatch job's srun inherits from the job
+    and a step of someone's `salloc` would take from that allocation instead. [] for a job of its own."""
+    if not req.step_name:
+        return []
+    args = [f"--job-name={req.step_name}", f"--nodes={req.nodes}", f"--ntasks={req.nodes * req.tasks_per_node}",
+            f"--ntasks-per-node={req.tasks_per_node}", f"--cpus-per-task={req.cpus_per_task}",
+            f"--signal={req.signal}@{req.signal_delay_s}"]
+    args += [f"--{key.replace('_', '-')}={value}" for key, value in gpu_parameters(req).items()]
+    return args + ([f"--mem={req.mem_per_node_mb}M"] if req.mem_per_node_mb else [])
+
+
 def parameters(req: SlurmRequest) -> dict[str, Any]:
     """submitit's SlurmExecutor parameters (SLURM's names) for `req`."""
     check_one_line({"job.name": req.job_name, "profile.constraint": req.constraint,
@@ -131,7 +148,8 @@ def parameters(req: SlurmRequest) -> dict[str, Any]:
         "job_name": req.job_name, "time": req.time_min, "nodes": req.nodes,
         "ntasks_per_node": req.tasks_per_node, "cpus_per_task": req.cpus_per_task,
         "signal_delay_s": req.signal_delay_s, "setup": setup_lines(req),
-        "srun_args": [*SRUN_ARGS, *gpu_srun_args(req), *container_srun_args(req)], "array_parallelism": req.array_parallelism,
+        "srun_args": [*SRUN_ARGS, *gpu_srun_args(req), *container_srun_args(req), *step_args(req)],
+        "array_parallelism": req.array_parallelism,
         "stderr_to_stdout": False, "additional_parameters": {"requeue": True, **req.sbatch_extra},
     }
     params.update(gpu_parameters(req))
