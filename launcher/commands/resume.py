@@ -156,4 +156,4 @@ def resume(args: argparse.Namespace, argv: list[str]) -> int:
     submitted_from = info.record.get("submit_dir")
     sub = check(profile, points, run_dir, info.is_sweep, source, args.after,
                 Path(submitted_from) if isinstance(submitted_from, str) and submitted_from else None).submission()
-    return execute(ResumePlan(sub, source, argv, info, todo, overrides["job"]), args.dry_run, args.json)
+    return execute(ResumePlan(sub, source, argv, info, todo, overrides["job"]), args.dry_run, args.json, args.when)

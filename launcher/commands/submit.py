@@ -69,12 +69,16 @@ def submit_new_run(args: argparse.Namespace, argv: list[str]) -> int:
     else:
         plan = NewRun(checked.submission(), checked.source, argv)
         plan.verbose = args.verbose
-    return execute(plan, args.dry_run, args.json)
+    return execute(plan, args.dry_run, args.json, args.when)
 
 
-def execute(plan: Plan | SshPlan, dry: bool, as_json: bool) -> int:
-    """Check, then show or send: the one path of every submission."""
-    chunk = plan.chunk(dry)
+def execute(plan: Plan | SshPlan, dry: bool, as_json: bool, when: bool = False) -> int:
+    """Check, then show, estimate or send: the one path of every submission."""
+    chunk = plan.chunk(dry or when)
+    if when:  # (before a dry run: both queue nothing, and the estimate is what was asked)
+        from launcher.commands.when import report
+
+        return report(plan.sub, as_json)
     if dry:
         return dry_run(plan, as_json, chunk)
     return plan.send(chunk, as_json)

@@ -1,0 +1,41 @@
+"""`submit.py ... --when`: the table of when SLURM would start this request and its variants
+(launcher.request.when asks); nothing is queued."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from launcher.commands.console import EXIT_OK, emit
+from launcher.request.submission import Submission
+from launcher.request.when import Variant, when
+
+
+def start_text(start: float | None, now: float) -> str:
+    """`now`, `in 29 min (07:49)`, `in 3 h (2026-12-02 10:15)`, or `-` (SLURM gave none)."""
+    if start is None:
+        return "-"
+    wait_s = start - now
+    if wait_s < 60:
+        return "now"
+    clock = time.strftime("%H:%M" if wait_s < 12 * 3600 else "%Y-%m-%d %H:%M", time.localtime(start))
+    return f"in {wait_s / 60:.0f} min ({clock})" if wait_s < 5400 else f"in {wait_s / 3600:.1f} h ({clock})"
+
+
+def report(sub: Submission, as_json: bool) -> int:
+    now = time.time()
+    found = when(sub)
+    rows = [["variant", "nodes", "partition", "time", "estimated start", "on nodes / why not"]]
+    rows += [[v.label, str(v.nodes), v.partition or "-", f"{v.time_min} min", start_text(v.estimate.start, now),
+              v.estimate.nodes or v.estimate.error] for v in found]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1] for r in rows]
+    human = (f"when would {sub.tasks[0].job.name} start (SLURM's estimates, sbatch --test-only):\n"
+             + "\n".join(line.rstrip() for line in lines) + "\nNothing was queued.")
+    emit(human, {"when": [_as_json(v) for v in found]}, as_json)
+    return EXIT_OK
+
+
+def _as_json(v: Variant) -> dict[str, Any]:
+    return {"variant": v.label, "nodes": v.nodes, "partition": v.partition, "time_min": v.time_min,
+            "start": v.estimate.start, "on": v.estimate.nodes or None, "error": v.estimate.error or None}
