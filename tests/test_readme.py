@@ -28,6 +28,8 @@ NOT_RUN = {
         "needs a real SLURM cluster with GPUs (tests/test_torchrun_launch.py runs the shape on the dev cluster)",
     "python submit.py --profile mylab --job digits --wait":
         "needs an ssh login to a cluster (tests/test_remote.py runs it through a local sshd)",
+    "salloc -N 2 python submit.py --profile dev-cluster --in-allocation":
+        "holds 2 of the shared dev cluster's nodes for the run (tests/test_in_allocation.py runs it inside salloc -N 2)",
 }
 # Commands that run on this machine, each with something a user would see in its output.
 LOCAL = {
@@ -45,6 +47,8 @@ LOCAL = {
 DEV_CLUSTER = {
     "python submit.py --profile dev-cluster --job digits-lr-sweep": "digits-lr-sweep",
     "python submit.py probe --profile dev-cluster --job tiny.yaml": "environment: ",
+    "python submit.py --profile dev-cluster --when": "Nothing was queued.",
+    "python submit.py --profile pool.yaml --job digits-lr-sweep": "digits-lr-sweep",
 }
 
 
