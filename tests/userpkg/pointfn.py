@@ -72,7 +72,8 @@ def train(ctx: Context, config: PointConfig) -> dict:
             assert values[0].item() == -values[1].item() == loss, "the ranks disagree"
         ctx.log({"loss": loss}, step)
 
+    began = time.perf_counter()
     loss = _steps(config, net, optimizer, x, y, start, before, after)
     if ctx.is_main:
         torch.save(net.state_dict(), ctx.run_dir / "weights.pt")
-    return {"loss": loss, "steps": config.steps}
+    return {"loss": loss, "steps": config.steps, "fit_s": time.perf_counter() - began}
