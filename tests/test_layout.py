@@ -34,7 +34,9 @@ ALLOWED: dict[str, set[str]] = {
     "launcher.rundir": {"launcher.cluster", "launcher.config", "trainer.config", "trainer.rank"},
     "launcher.cluster": {"trainer.config", "trainer.distributed"},
     "launcher.config": {"trainer.config", "trainer.runners"},
-    "launcher.client": set(),
+    # The API: it starts the command line (`python -m launcher`); it reads a profile (is it `debug`?) and
+    # the one lookup rule (is a function importable by name?) itself.
+    "launcher.client": {"launcher.config", "trainer.config"},
     "launcher.devcluster": set(),  # a product tool that stands alone
     "trainer.__main__": {"trainer.config", "trainer.rank", "trainer.runners"},
     "trainer.runners": {"trainer.recipes", "trainer.rank", "trainer.distributed", "trainer.config"},

@@ -65,6 +65,12 @@ def main(argv: list[str]) -> int:
 
     layout.new_run_dir = lambda *_: Path(spec["run_dir"])  # type: ignore[assignment]
     snapshot.ensure = copy_synced  # type: ignore[assignment]
+    function = []
+    if spec.get("function"):  # a function handed over from Python by value, as the laptop's API sent it
+        import base64
+
+        (folder / "function.pkl").write_bytes(base64.b64decode(spec["function"]))
+        function = ["--function", str(folder / "function.pkl")]
     if shipped.get("submit_dir"):  # submitted from inside the project: its place in the synced copy
         os.chdir(shipped["submit_dir"])
-    return tool(["--profile", str(folder / "profile.yaml"), "--job", str(folder / "job.yaml"), *argv[1:]])
+    return tool(["--profile", str(folder / "profile.yaml"), "--job", str(folder / "job.yaml"), *function, *argv[1:]])

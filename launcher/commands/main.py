@@ -1,6 +1,6 @@
 """Command line: parse, dispatch, report errors. The work itself lives in the other modules.
 
-    submit.py [--profile P] [--job J] [--set K=V ...] [--dry-run] [--json] [--wait] [--after RUN]
+    submit.py [--profile P] [--job J] [--set K=V ...] [--dry-run] [--json] [--wait] [--after RUN[:COND] ...]
     submit.py --resume RUN [--set K=V ...] [--dry-run] [--json] [--wait]
     submit.py status|logs|cancel|list|probe|list-profiles|list-jobs|show ...
     (installed: the same as `ddp-submit ...`)
@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from launcher.commands import relay
 from launcher.commands.console import EXIT_BAD_INPUT, EXIT_FAILED, ArgumentParser, error_line, one_line
+from launcher.request import channel
 from launcher.request.errors import PartiallySubmitted
 from trainer.config.schema import ConfigError
 
@@ -54,9 +55,16 @@ def submit_parser() -> ArgumentParser:
     parser.add_argument("--dry-run", action="store_true", help="show what would be submitted; submit nothing")
     parser.add_argument("--json", action="store_true", help="end standard output with one JSON object")
     parser.add_argument("--wait", action="store_true", help="wait for a SLURM run to finish and print its result")
-    parser.add_argument("--after", metavar="RUN", help="start only after RUN finished successfully (SLURM)")
+    parser.add_argument("--after", metavar="RUN[:ok|any|notok]", action="append",
+                        help="start only after RUN ended: successfully (ok, the default), in any way (any) or "
+                             "failed (notok); repeatable, all must hold (SLURM)")
     parser.add_argument("--resume", metavar="RUN", help="resubmit the tasks of RUN that did not complete")
     parser.add_argument("--runs-dir", help="with --resume: where runs are (default: the profile's runs_dir)")
+    # For programs that start the command line (launcher.client): data beside the human output.
+    parser.add_argument("--events", type=int, metavar="FD", help="also write JSON lines (run_dir, queued, "
+                        "refused, result) to this open file descriptor, for a program that started this one")
+    parser.add_argument("--function", metavar="FILE", help="a function pickled by value (what "
+                        "launcher.client.submit(fn) hands over, with a job naming it in 'function')")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="also show submitit's own INFO lines (pickles, job environments)")
     return parser
@@ -75,21 +83,26 @@ def main(argv: list[str] | None = None) -> int:
         if argv and argv[0] in COMMANDS:
             return load(COMMANDS[argv[0]])(argv[1:])
         args = submit_parser().parse_args(argv)
+        channel.open_events(args.events)
         relay.VERBOSE = args.verbose
         if args.resume is None:
             if args.runs_dir is not None:  # silently unused otherwise: a new run goes to the profile's runs_dir
                 raise ConfigError(f"--runs-dir {args.runs_dir}: only --resume reads it (where to find RUN); a new "
                                   f"run goes to the profile's runs_dir (--set profile.runs_dir=FOLDER)")
             args.job = "digits" if args.job is None else args.job
+        elif args.function is not None:
+            raise ConfigError(f"--function {args.function}: --resume runs the function its run folder holds")
         # `is None`, not falsiness: `--resume ''` names a run (refused as such), never a new submission.
         return load(RESUME if args.resume is not None else PREVIEW if args.dry_run else SUBMIT)(args, argv)
     except ConfigError as err:
+        channel.tell("refused", error=str(err), details=str(getattr(err, "details", "") or ""))
         print(error_line(err), file=sys.stderr)
         if getattr(err, "details", ""):  # the user's own traceback frames (trainer.runners.entrypoints)
             # Line by line, so the frames keep their lines while any control byte in them is escaped.
             print("\n".join(map(one_line, str(err.details).splitlines())), file=sys.stderr)  # type: ignore
         return EXIT_BAD_INPUT
     except PartiallySubmitted as err:
+        channel.tell("failed", error=str(err))
         print(error_line(err), file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:
@@ -101,3 +114,5 @@ def main(argv: list[str] | None = None) -> int:
         # status is what a shell reports for a process ended by SIGPIPE.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + 13
+    finally:
+        channel.close()

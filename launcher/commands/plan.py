@@ -19,9 +19,11 @@ import yaml
 from launcher.cluster import jobids, preflights
 from launcher.commands.console import EXIT_OK, emit
 from launcher.config import checks
+from launcher.config.after import dependency
+from launcher.config.after import split as split_after
 from launcher.config.profile import Profile
 from launcher.config.resolve import resolve
-from launcher.request import executor
+from launcher.request import channel, executor
 from launcher.request.submission import Point, Submission, build, moved
 from launcher.rundir import layout, record, snapshot
 from trainer.config.job import JobConfig
@@ -45,6 +47,11 @@ class Plan:
                 break
             except FileExistsError:  # another submitter made this name since we chose it
                 self.sub = moved(self.sub, layout.next_free(self.sub.run_dir))
+        if self.sub.function is not None:  # a function handed over by value: what every rank calls
+            from trainer.runners import pickled  # (only then)
+
+            pickled.write(self.sub.run_dir, self.sub.function)
+        channel.tell("run_dir", run_dir=str(self.sub.run_dir))
         # The job's fields as they are (asdict's deep copy of each of 1,000 jobs cost 40 ms; a JSON
         # dump changes nothing it is given), but a nested dataclass (`tracker`) as its mapping: JSON would
         # write its repr, which --resume cannot read back.
@@ -59,6 +66,7 @@ class Plan:
     def record(self, job_ids: list[str]) -> None:
         """After each sbatch (a split array calls it once per array): what is queued so far."""
         record.update_record(self.sub.run_dir, job_ids=job_ids)
+        channel.tell("queued", run_dir=str(self.sub.run_dir), job_ids=job_ids)
 
     def report(self, jobs: list[Any], as_json: bool) -> int:
         """After sending: what the user sees (launcher.commands.submit and .resume implement it)."""
@@ -66,18 +74,18 @@ class Plan:
 
 
 def plan_submission(profile: Profile, points: list[Point], run_dir: Path, is_sweep: bool, source: str,
-                    after: str | None, submit_dir: Path | None = None) -> Submission:
-    """The --after dependency, local checks, and the submission as data (new runs and --resume alike).
-    `submit_dir`: the ranks' working directory (a new run: here; --resume: the run's own)."""
-    # `is not None`: `--after ''` names no run (refused), it does not drop the dependency.
-    if after is not None and profile.executor != "slurm":
-        raise ConfigError(f"--after {after}: dependencies need a slurm profile, not '{profile.executor}'")
-    if after is not None:
-        record.check_path("--after", after)
-    after_ids = _job_ids_of(Path(after), profile.login) if after is not None else []
+                    after: list[str] | None, submit_dir: Path | None = None, function: bytes | None = None) -> Submission:
+    """The --after dependencies, local checks, and the submission as data (new runs and --resume alike).
+    `submit_dir`: the ranks' working directory (a new run: here; --resume: the run's own). `function`:
+    a function pickled by value (`--function`), checked here and written into the new run folder."""
+    after_ids = dependencies(after or [], profile)
     checks.check_writable_folder(run_dir.parent, "profile.runs_dir", "the run folder")
     for point in points:
         checks.check_local(profile, point.job, source, point.source)
+    if function is not None or any(p.job.function for p in points):
+        from launcher.config import pickled  # a function handed over from Python: only then
+
+        function = pickled.planned(profile, source, [(p.job, p.source) for p in points], run_dir, function)
     root = next((p.job.project_root for p in points if p.job.project_root), "")
     files = None
     if root and profile.snapshot and profile.executor != "debug" and not snapshot.taken(run_dir):
@@ -86,7 +94,23 @@ def plan_submission(profile: Profile, points: list[Point], run_dir: Path, is_swe
                                 skip=[Path(profile.runs_dir).expanduser().resolve()])
         for point in points:
             checks.check_in_snapshot(point.job, files.files, point.source)
-    return build(profile, points, run_dir, is_sweep, after_ids, submit_dir, files)
+    sub = build(profile, points, run_dir, is_sweep, after_ids, submit_dir, files)
+    sub.function = function
+    return sub
+
+
+def dependencies(after: list[str], profile: Profile) -> list[str]:
+    """Each `--after RUN[:COND]` as SLURM dependency items ("afterok:12"), every run checked."""
+    for item in after:
+        # `--after ''` names no run (refused), it does not drop the dependency.
+        record.check_path("--after", item)
+        if profile.executor != "slurm":
+            raise ConfigError(f"--after {item}: dependencies need a slurm profile, not '{profile.executor}'")
+    items = []
+    for item in after:
+        run, condition = split_after(item, Path(item).is_dir())
+        items += dependency(_job_ids_of(Path(run), profile.login), condition)
+    return items
 
 
 def new_run(args: argparse.Namespace) -> tuple[Submission, str]:
@@ -98,7 +122,13 @@ def new_run(args: argparse.Namespace) -> tuple[Submission, str]:
     points = [Point(i, one, overrides, resolved.job_source + (f" (sweep task {i})" if resolved.is_sweep else ""))
               for i, (one, overrides) in enumerate(resolved.points)]
     run_dir = layout.new_run_dir(Path(profile.runs_dir), job.name, profile.name)
-    sub = plan_submission(profile, points, run_dir, len(points) > 1, resolved.profile_source, args.after)
+    function = None
+    if args.function is not None:
+        from launcher.config.pickled import receive
+
+        function = receive(args.function)
+    sub = plan_submission(profile, points, run_dir, len(points) > 1, resolved.profile_source, args.after,
+                          function=function)
     return sub, resolved.profile_source
 
 

@@ -13,6 +13,7 @@ side queues anything.
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import shlex
 import shutil
@@ -27,7 +28,9 @@ from launcher.cluster.ssh import Connection, connection_error, remote_path
 from launcher.commands.console import EXIT_BAD_INPUT, error_line
 from launcher.commands.remote_runs import checked_record, read_record, write_record
 from launcher.commands.remote_sync import project_job, project_listing, sync_listing, sync_project, tool_listing
+from launcher.config.after import split as split_after
 from launcher.config.profile import Profile
+from launcher.request import channel
 from trainer.config.schema import ConfigError
 
 # Run on the cluster side from the synced code (launcher.commands.cluster_side).
@@ -121,7 +124,7 @@ def submit(sub: Any, args: argparse.Namespace, job_data: dict[str, Any], source:
               "job": sub.tasks[0].job.name, "tasks": len(sub.tasks), "created": time.time(),
               **({"project": synced["dir"]} if synced else {})}
     write_record(local, record)
-    # First, as the run folder line a local submission starts with (launcher.client reads it).
+    channel.tell("run_dir", run_dir=str(local), remote_run_dir=remote_run)
     print(f"run folder: {local} (the local record; the run: {profile.login}:{remote_run})", flush=True)
     print(f"code: {sent} file(s) sent to {profile.login}:{code_dir}", flush=True)
     if synced:
@@ -129,6 +132,8 @@ def submit(sub: Any, args: argparse.Namespace, job_data: dict[str, Any], source:
               flush=True)
         job_data = project_job(job_data, sub.tasks[0].job, synced)
     spec = {"profile": shipped_profile(profile, root), "job": job_data, "run_dir": remote_run,
+            # A function handed over from Python by value travels with the run (the cluster side checks it).
+            **({"function": base64.b64encode(sub.function).decode()} if sub.function is not None else {}),
             "code": code_dir, "note": note,
             "project": synced and {"dir": synced["dir"], "submit_dir": synced["submit_dir"],
                                    "laptop_root": synced["root"], "laptop_submit_dir": str(sub.submit_dir)}}
@@ -150,6 +155,7 @@ def submit(sub: Any, args: argparse.Namespace, job_data: dict[str, Any], source:
     if result.get("job_ids") or result.get("job_id"):
         record["job_ids"] = result.get("job_ids") or [str(result["job_id"])]
         write_record(local, record)
+        channel.tell("queued", run_dir=str(local), job_ids=record["job_ids"])
     if code_rc == EXIT_BAD_INPUT and not record["job_ids"]:
         shutil.rmtree(local, ignore_errors=True)  # refused there (its error line said why): nothing queued
     elif code_rc == 0:
@@ -159,12 +165,14 @@ def submit(sub: Any, args: argparse.Namespace, job_data: dict[str, Any], source:
     return code_rc
 
 
-def after_there(after: str | None) -> list[str]:
-    """`--after RUN` as the cluster side reads it: a run recorded here is its run folder there."""
-    if not after:
-        return []
-    record = checked_record(Path(after), ("remote_run_dir",)) if read_record(Path(after)) is not None else None
-    return ["--after", record["remote_run_dir"] if record else after]
+def after_there(after: list[str] | None) -> list[str]:
+    """Each `--after RUN[:COND]` as the cluster side reads it: a run recorded here is its run folder there."""
+    words = []
+    for item in after or []:
+        run, condition = split_after(item, Path(item).is_dir())
+        record = checked_record(Path(run), ("remote_run_dir",)) if read_record(Path(run)) is not None else None
+        words += ["--after", f"{record['remote_run_dir'] if record else run}:{condition}"]
+    return words
 
 
 def _stream(conn: Connection, command: str, stdin: str) -> tuple[int, str]:

@@ -7,7 +7,6 @@ The failure shown first is the root cause (see launcher.rundir.outcomes).
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import sys
@@ -247,8 +246,7 @@ def wait_for_sweep(run_dir: Path, jobs: list[Any], as_json: bool, poll_s: float 
     if failed:
         print(f"{len(failed)} task(s) did not complete; resubmit them with: "
               f"python submit.py --resume {relative(run_dir)}", file=sys.stderr)
-    if as_json:
-        print(json.dumps(payload, default=str), flush=True)
+    emit("", payload, as_json)
     return EXIT_FAILED if failed else EXIT_OK
 
 

@@ -32,13 +32,14 @@ def check_local(profile: Profile, job: JobConfig, source: str, job_source: str =
     if not there:
         check_data(profile, job)
     check_trackers(profile, job, source, job_source)
-    if (job.entrypoint or job.script) and not job.project_root:  # given by --set, not by the job file
+    if (job.entrypoint or job.script or job.function) and not job.project_root:  # by --set or the API, not a job file
         job.project_root = str(project.root_for(None, Path.cwd()))
     if job.entrypoint and not there:
         check_entrypoint(job, job_source)
     if job.script:
         # Made absolute here, once: the tasks may start in another directory (a SLURM node's).
         job.script = script_path(job, job_source)
+        check_compiles(job, job_source)
 
 
 def check_python(python: str, source: str) -> None:
@@ -63,6 +64,21 @@ def script_path(job: JobConfig, source: str = "") -> str:
             return str(path.resolve())
     raise ConfigError(f"{source or f'job {job.name!r}'}: key 'script' has invalid value {job.script!r}; no such "
                       f"file (a path to a Python file; looked in " + ", ".join(str(p.parent) for p in tried) + ")")
+
+
+def check_compiles(job: JobConfig, source: str) -> None:
+    """The script is Python: compiled here (nothing runs), so a syntax error, or a file that is not
+    Python at all, is refused before the queue wait with Python's own message, file and line."""
+    try:
+        compile(Path(job.script).read_bytes(), job.script, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as err:  # (ValueError: null bytes, on some Pythons)
+        where = f"{job.script}, line {err.lineno}" if getattr(err, "lineno", None) else job.script
+        said = getattr(err, "msg", None) or str(err)
+        raise ConfigError(f"{source}: key 'script' has invalid value {job.script!r}; it is not Python that compiles: "
+                          f"{type(err).__name__}: {said} ({where})") from None
+    except OSError as err:
+        raise ConfigError(f"{source}: key 'script' has invalid value {job.script!r}; it cannot be read "
+                          f"({err.strerror})") from None
 
 
 def check_trackers(profile: Profile, job: JobConfig, source: str, job_source: str) -> None:

@@ -77,6 +77,9 @@ class Profile:
     # globs (relative paths or file names: "data/*", "*.ckpt") it leaves out beside .gitignore.
     snapshot_max_mb: float = 100
     snapshot_exclude: list[str] = field(default_factory=list)
+    # A function handed over from Python by value (launcher.client.submit(fn): a notebook cell's, a
+    # closure) is refused above this size, naming what it captured, largest first.
+    max_pickle_mb: float = 100
     # Environment variables exported to every task (values are quoted in the script).
     env: dict[str, str] = field(default_factory=dict)
     # The signal SLURM sends `signal_delay_s` seconds before the time limit (and on preemption).
@@ -122,6 +125,7 @@ class Profile:
                     "init_timeout_s", "collective_timeout_s"):
             require(getattr(self, key) > 0, key, getattr(self, key), "an integer > 0")
         require(self.snapshot_max_mb > 0, "snapshot_max_mb", self.snapshot_max_mb, "a number of MB > 0")
+        require(self.max_pickle_mb > 0, "max_pickle_mb", self.max_pickle_mb, "a number of MB > 0")
         for key in ("gpus_per_node", "gpus_per_task", "signal_delay_s", "max_timeout_requeues", "checkpoint_every_steps"):
             require(getattr(self, key) >= 0, key, getattr(self, key), "an integer >= 0")
         for key, most in _UPPER_BOUNDS.items():

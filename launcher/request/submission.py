@@ -68,6 +68,8 @@ class Submission:
     submit_dir: Path = field(default_factory=Path.cwd)
     # The project's files to snapshot (the check surveyed them); None: no project to copy.
     project: snapshot.Survey | None = None
+    # A function handed over from Python by value, for the new run folder (trainer.runners.pickled).
+    function: bytes | None = None
 
     @property
     def project_root(self) -> str:
@@ -191,4 +193,6 @@ def moved(sub: Submission, run_dir: Path) -> Submission:
     the name first (two runs of one job started in the same second). Built again: the request binds
     the run folder into a container."""
     points = [Point(t.task, t.job, t.overrides) for t in sub.tasks]
-    return build(sub.profile, points, run_dir, sub.is_array, sub.after_job_ids, sub.submit_dir, sub.project)
+    new = build(sub.profile, points, run_dir, sub.is_array, sub.after_job_ids, sub.submit_dir, sub.project)
+    new.function = sub.function
+    return new

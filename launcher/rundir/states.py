@@ -31,6 +31,7 @@ from launcher.rundir import restarts, shapes
 from launcher.rundir.layout import FAILURE_FILE, RESULT_FILE, job_files, log_name
 from launcher.rundir.outcomes import failure_of, read_outcomes
 from launcher.rundir.record import RunInfo, read_optional
+from trainer.rank.rundir import ERRORS_DIR, error_file
 
 ACTIVE = ("pending", "running", "requeued")
 FINAL = ("completed", "failed", "cancelled", "timeout")
@@ -60,6 +61,8 @@ class TaskState:
     expected_start: float | None = None
     # The outcome came from the task's result.json (see finished_record), not its pickles and logs.
     recorded: bool = False
+    # What your function raised on the failing rank (trainer.runners.failures: type, message, traceback).
+    failure: dict[str, Any] | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {"task": self.task, "state": self.state, "restarts": self.restarts, "job_id": self.job_id,
@@ -67,7 +70,7 @@ class TaskState:
                 "failed_rank": self.failed_rank, "overrides": self.overrides, "task_dir": str(self.task_dir),
                 "attempts": len(self.job_history), "start": self.start if self.state != "pending" else None,
                 "end": self.end, "reason": self.reason or None,
-                "expected_start": self.expected_start, "result": self.result}
+                "expected_start": self.expected_start, "result": self.result, "failure": self.failure}
 
 
 def _round(value: float | None) -> float | None:
@@ -114,6 +117,14 @@ def _submitted_at(info: RunInfo, job_id: str) -> float:
         if job_id in entry.get("job_ids", []):
             return float(entry.get("time") or 0)
     return float(info.record.get("created") or 0)
+
+
+def raised(task_dir: Path, rank: int | None) -> dict[str, Any] | None:
+    """The record of what the function raised on `rank` (None: the first rank that recorded one)."""
+    if rank is None:
+        found = sorted(Path(task_dir, ERRORS_DIR).glob("rank-*.json"))
+        return read_optional(found[0]) if found else None
+    return read_optional(error_file(task_dir, rank))
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -167,6 +178,9 @@ def _from_scheduler(ts: TaskState, record: SchedulerRecord, waiting: SchedulerRe
         ts.wall_time_s = record.elapsed_s
     if record.state not in ("completed",) + ACTIVE:
         ts.error = f"{record.slurm_state}" + (f" (exit {record.exit_code})" if record.exit_code else "")
+    if record.state == "cancelled" and record.start is None and record.reason.startswith("Dependency"):
+        # --after whose condition can no longer hold (notok on a run that succeeded): SLURM cancels it.
+        ts.error = "cancelled before it started, while waiting for the runs it depends on (--after)"
     if waiting is not None and waiting.state == "pending":
         ts.reason, ts.expected_start = waiting.reason, waiting.start
 
@@ -231,6 +245,8 @@ def _one_task(info: RunInfo, task: int, job_id: str, history: list[str],
         ts.failed_rank, ts.error = failure
         if ts.state == "completed":
             ts.state = "failed"
+    if ts.state in ("failed", "timeout"):
+        ts.failure = raised(ts.task_dir, ts.failed_rank)
     if ts.state == "completed" and outcomes.get(0, ("", None))[0] == "success":
         ts.result = outcomes[0][1] if isinstance(outcomes[0][1], dict) else None
     if finished is not None:

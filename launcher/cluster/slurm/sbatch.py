@@ -49,7 +49,7 @@ class SlurmRequest:
     setup: list[str] = field(default_factory=list)
     sbatch_extra: dict[str, str] = field(default_factory=dict)
     slurm_conf: str = ""  # SLURM_CONF for the job's own SLURM calls (scontrol requeue)
-    after: list[str] = field(default_factory=list)  # afterok dependencies
+    after: list[str] = field(default_factory=list)  # dependencies: "afterok:12", "afternotok:13" (a bare id: afterok)
     python: str = ""  # the interpreter on the nodes ("": the submitter's)
     container: str = ""  # image ("": none)
     container_runtime: str = "apptainer"  # apptainer, singularity or pyxis
@@ -138,5 +138,18 @@ def parameters(req: SlurmRequest) -> dict[str, Any]:
         if getattr(req, key):
             params[key] = getattr(req, key)
     if req.after:
-        params["dependency"] = "afterok:" + ":".join(req.after)
+        params["dependency"] = dependency(req.after)
+        # A condition that can never hold (afternotok on a run that succeeded): SLURM cancels the job
+        # instead of keeping it pending for ever (reason DependencyNeverSatisfied).
+        params["additional_parameters"]["kill_on_invalid_dep"] = "yes"
     return params
+
+
+def dependency(after: list[str]) -> str:
+    """SLURM's --dependency from items like "afterok:12" (a bare id: afterok), one group per type, all
+    required: afterok:12:13,afternotok:14."""
+    grouped: dict[str, list[str]] = {}
+    for item in after:
+        kind, _, job_id = item.rpartition(":")
+        grouped.setdefault(kind or "afterok", []).append(job_id)
+    return ",".join(f"{kind}:{':'.join(ids)}" for kind, ids in grouped.items())
