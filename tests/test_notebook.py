@@ -22,7 +22,7 @@ from tests.notebook import Kernel
 # model and data, smaller); torch and trainer.api are imported inside it, where it runs.
 TRAIN = '''
 from dataclasses import dataclass
-from launcher.client import attach, runs, submit, RunFailed
+from launcher.client import attach, runs, submit, sweep, RunFailed
 
 @dataclass
 class Config:
@@ -73,6 +73,7 @@ SUBMITTED = '''
 run = submit(train)
 stopped = submit(train, sets=["job.interrupt_at=5,13"])
 failing = submit(flaky, config={"fail_rank": 1})
+points = sweep(flaky, configs=[{"fail_rank": -1}, {"fail_rank": -2}], sets=["profile.tasks_per_node=1"])
 '''
 
 
@@ -149,6 +150,15 @@ def test_a_cell_function_stopped_twice_ends_bitwise_equal_to_an_uninterrupted_ru
     assert logged(reference) == logged(stopped)
 
 
+def test_a_cell_sweep_runs_each_point_as_a_local_process_and_gives_results_in_point_order(kernel: Kernel) -> None:
+    assert kernel.value("[r['fail_rank'] for r in points.results(timeout=900)]") == [-1, -2]
+    assert kernel.value("points.states()") == ["completed", "completed"]
+    rows = kernel.value("sorted((row['task'], row['config.fail_rank']) for row in points.summary())")
+    assert rows == [("0", "-1"), ("1", "-2")]
+    # After submit, sweep and result: the notebook's process still has no torch and no submitit.
+    assert kernel.value("import sys; sorted(m for m in ('torch', 'submitit') if m in sys.modules)") == []
+
+
 def test_attach_after_a_kernel_restart_gives_the_same_handle_and_runs_lists_it(kernel: Kernel) -> None:
     """(Last in the file: it restarts the shared kernel.)"""
     run_dir = kernel.value("str(run.run_dir)")
@@ -160,6 +170,19 @@ listed = [row["run_dir"] for row in runs(n=50)]
 [repr(run), run.result()["steps"], run.state(), {run_dir!r} in listed, attach(run.run_dir.name) == run]''')
     assert again == [f"Run({run_dir!r})", 24, "completed", True, True]
     assert kernel.value("import sys; 'torch' in sys.modules") is False
+
+
+README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+
+
+def test_the_readme_notebook_example_runs_as_written(kernel: Kernel) -> None:
+    """README's "Your own code" starts with the notebook form: its cell, as written (the kernel restarted)."""
+    section = README[README.index("## Your own code"):README.index("## The nodes' Python")]
+    cell = section.split("```python\n", 1)[1].split("```", 1)[0]
+    assert "run = submit(train, config=" in cell
+    shown = kernel.run(cell)
+    assert shown.error is None, shown.text
+    assert abs(float(shown.text.strip().splitlines()[-1]) - 3.0) < 0.05
 
 
 def test_the_command_line_and_the_api_refuse_a_job_file_naming_a_function_by_value(tmp_path: Path) -> None:

@@ -158,8 +158,12 @@ print("result", run.result()["x"], "state", run.state())
 def test_a_debug_profile_runs_the_function_here_where_breakpoint_stops(tmp_path: Path) -> None:
     """The debug profile's point: pdb, at the function's breakpoint(), reads this process's standard input."""
     (tmp_path / "debugging.py").write_text(DEBUG_SCRIPT)
+    (tmp_path / "tmp").mkdir()
     done = subprocess.run([sys.executable, "debugging.py"], cwd=tmp_path, input="p x + 1\nx = 7\nc\n", text=True,
-                          capture_output=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                          capture_output=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path / "tmp")})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "(Pdb) 42" in done.stdout and '-> return {"x": x}' in done.stdout  # stopped at the line, in the function
     assert "result 7 state completed" in done.stdout  # what was changed at the prompt is what it returned
+    # The job and the pickle went through pipes: nothing is left in the temp folder (torch's own caches aside).
+    assert [p.name for p in (tmp_path / "tmp").iterdir() if not p.name.startswith("torchinductor_")] == []

@@ -131,9 +131,14 @@ def test_a_dev_cluster_readme_command_runs(command: str, copy: Path, slurm_clust
 
 
 def test_every_python_block_is_an_excerpt_of_a_file_the_tests_run() -> None:
-    """A README python block names its file on the first line; each line of it (`...` aside) is in it."""
+    """A README python block names its file on the first line; each line of it (`...` aside) is in it. Or it
+    is a notebook cell that the named test runs, as written, in a real kernel."""
     for block in blocks("python"):
         first, *body = block.splitlines()
+        cell = re.fullmatch(r"# a notebook cell \((tests/\S+\.py) runs it as written\)", first)
+        if cell:
+            assert "README" in (ROOT / cell.group(1)).read_text(), f"{cell.group(1)} does not run the README's cell"
+            continue
         match = re.fullmatch(r"# (\S+\.py) \(abridged\)", first)
         assert match, f"a python block without its source file: {first!r}"
         source = ROOT / match.group(1)

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -164,10 +165,38 @@ def test_the_python_api_with_the_ssh_profile(laptop: Laptop, monkeypatch: pytest
     assert "epoch" in run.logs(rank=0).lower()
     result = run.result(timeout=60)
     assert result["test_accuracy"] == json.loads(out.strip().splitlines()[-1])["test_accuracy"], result
-    refused = submit(profile="mylab.yaml", job="digits", sets=["profile.partition=nosuch"], cwd=laptop.folder)
-    with pytest.raises(SubmitError, match="nosuch"):
-        refused.result(timeout=120)
+    with pytest.raises(SubmitError, match="nosuch"):  # refused before anything is queued: submit() says so
+        submit(profile="mylab.yaml", job="digits", sets=["profile.partition=nosuch"], cwd=laptop.folder)
     assert laptop.records() == [record], "a refused submission leaves no local record"
+
+
+def test_a_function_pickled_by_value_travels_with_the_run(laptop: Laptop, monkeypatch: pytest.MonkeyPatch) -> None:
+    """launcher.client.submit(fn) of a closure (pickled by value) with the ssh profile: the pickle goes with the
+    run, the cluster side checks it (a lambda taking no ctx is refused there: SubmitError, no local record)
+    and its 2 nodes run it; the result and what a rank raised come back over the connection."""
+    from launcher.client import RunFailed, SubmitError, submit
+
+    for key, value in laptop.env().items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("SLURM_CONF", raising=False)
+
+    def make(offset: int) -> Any:
+        def train(ctx: Any, config: dict[str, Any]) -> dict[str, Any]:
+            if config.get("fail_rank") == ctx.rank:
+                raise KeyError(f"rank {ctx.rank} has no shard")
+            return {"value": config["x"] + offset, "world": ctx.world_size}
+        return train
+
+    run = submit(make(2), profile="mylab.yaml", config={"x": 40}, cwd=laptop.folder)
+    failing = submit(make(0), profile="mylab.yaml", config={"x": 0, "fail_rank": 1}, cwd=laptop.folder)
+    assert (run.run_dir / "remote.json").is_file() and run.remote
+    result = run.result(timeout=600)
+    assert result["value"] == 42 and result["world"] == 2
+    with pytest.raises(RunFailed, match="rank 1 raised KeyError: 'rank 1 has no shard'"):
+        failing.result(timeout=600)
+    with pytest.raises(SubmitError, match=r"the function must take \(ctx\) or \(ctx, config\), it takes \(\)"):
+        submit(lambda: None, profile="mylab.yaml", cwd=laptop.folder)
+    assert not [r for r in laptop.records() if "-lambda-" in r.name], "a refused submission leaves no local record"
 
 
 def states(laptop: Laptop, record: Path) -> list[str]:

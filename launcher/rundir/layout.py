@@ -12,6 +12,8 @@
         checkpoints/    ckpt-<step>.pt, the newest K
         model_final.pt  the final weights (a state_dict)
         result.json     the final metrics, once the run has finished (failure.json if it failed)
+        function.pkl    a function handed over from Python by value (trainer.runners.pickled), private
+        errors/         what your function raised, one record per failing rank (trainer.runners.failures)
         curves.png      loss and accuracy per epoch
         task-NNNN/      a sweep's tasks, each laid out like a single run (without run.json)
         summary.csv, summary.md, summary.png   a sweep's table and picture
