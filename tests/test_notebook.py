@@ -10,13 +10,12 @@ import json
 import stat
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-import torch
 
 from tests.helpers import run_submit
 from tests.notebook import Kernel
+from tests.test_user_code import logged, same_weights  # (the same comparisons as for a module's function)
 
 # A cell of a notebook: a typed config and a training function on the public API (tests/userpkg/tiny.py's
 # model and data, smaller); torch and trainer.api are imported inside it, where it runs.
@@ -28,8 +27,6 @@ from launcher.client import attach, runs, submit, sweep, RunFailed
 class Config:
     lr: float = 0.1
     epochs: int = 3
-    samples: int = 256
-    batch_size: int = 16
 
 def train(ctx, config: Config) -> dict:
     import torch
@@ -37,21 +34,20 @@ def train(ctx, config: Config) -> dict:
     from torch.utils.data import DataLoader, TensorDataset
     from trainer.api import ResumableSampler, epoch_and_skip, steps_per_epoch
     torch.manual_seed(0)
-    gen = torch.Generator().manual_seed(0)
-    labels = torch.arange(config.samples) % 4
-    data = TensorDataset(torch.randn(4, 8, generator=gen)[labels] * 2 + torch.randn(config.samples, 8, generator=gen),
-                         labels)
+    gen, samples, batch = torch.Generator().manual_seed(0), 256, 16
+    labels = torch.arange(samples) % 4
+    data = TensorDataset(torch.randn(4, 8, generator=gen)[labels] * 2 + torch.randn(samples, 8, generator=gen), labels)
     net = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Dropout(0.1), nn.Linear(32, 4))
     model = nn.parallel.DistributedDataParallel(net) if ctx.distributed else net
     optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=0.9)
-    per_epoch = steps_per_epoch(config.samples, ctx.world_size, config.batch_size)
+    per_epoch = steps_per_epoch(samples, ctx.world_size, batch)
     total = per_epoch * config.epochs
     sampler = ResumableSampler(data, ctx, shuffle=True, seed=1)
     step = ctx.resume(model=net, optimizer=optimizer)
     while step < total:
-        epoch, skip = epoch_and_skip(step, per_epoch, config.batch_size)
+        epoch, skip = epoch_and_skip(step, per_epoch, batch)
         sampler.set_epoch(epoch, skip=skip)
-        for x, y in DataLoader(data, batch_size=config.batch_size, sampler=sampler, generator=torch.Generator()):
+        for x, y in DataLoader(data, batch_size=batch, sampler=sampler, generator=torch.Generator()):
             ctx.step_boundary(step)
             optimizer.zero_grad()
             loss = nn.functional.cross_entropy(model(x), y)
@@ -88,16 +84,6 @@ def kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kernel]:
         yield kernel
     finally:
         kernel.stop()
-
-
-def same_weights(a: Path, b: Path) -> bool:
-    x, y = torch.load(a), torch.load(b)
-    return x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
-
-
-def logged(run_dir: Path) -> list[dict[str, Any]]:
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in row.items() if k != "time"} for row in rows]
 
 
 def test_a_cell_function_trains_on_two_local_ranks_with_its_typed_config(kernel: Kernel) -> None:

@@ -9,6 +9,7 @@ wait for it), or, on a debug profile, once it has run here.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ from typing import Any
 from launcher.client.functions import by_value, default_name, reference, shown
 from launcher.client.engine import Engine, environment
 from launcher.client.handles import Run, SubmitError, Sweep
+from trainer.config.overrides import dotted_keys
 
 CONDITIONS = ("ok", "any", "notok")
 
@@ -148,16 +150,11 @@ def _key(key: str) -> str:
     return key if key.startswith("config.") else f"config.{key}"
 
 
-def _dotted(point: dict[str, Any], prefix: str = "config.") -> dict[str, Any]:
+def _dotted(point: dict[str, Any]) -> dict[str, Any]:
     """{"lr": 0.1, "model": {"depth": 2}} -> {"config.lr": 0.1, "config.model.depth": 2}: the keys a sweep
-    names (and its summary's columns)."""
-    out: dict[str, Any] = {}
-    for key, value in point.items():
-        if isinstance(value, dict) and value:
-            out.update(_dotted(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
+    names (and its summary's columns), as `--set` names them."""
+    return {f"config.{key}": functools.reduce(lambda inner, part: inner[part], key.split("."), point)
+            for key in dotted_keys(point)}
 
 
 def _after(after: Any, when: str) -> list[str]:
