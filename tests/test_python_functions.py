@@ -136,6 +136,8 @@ def test_after_and_when_are_checked_where_they_enter(tmp_path: Path) -> None:
         submit(by_name, cwd=tmp_path, after=[tmp_path])
     with pytest.raises(TypeError, match="give a profile as profile='dev-cluster'"):
         submit("dev-cluster", entrypoint="tests.userpkg.tiny:train")
+    with pytest.raises(SubmitError, match=r"the function must take \(ctx\) or \(ctx, config\), it takes \(\)"):
+        submit(entrypoint=lambda: None, cwd=tmp_path)  # the function as entrypoint=, as well
     with pytest.raises(ValueError, match="needs configs=.* and/or grid="):
         sweep(by_name, cwd=tmp_path)
     assert not (tmp_path / "runs").exists()

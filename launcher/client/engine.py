@@ -70,7 +70,8 @@ class Engine:
             self._proc = subprocess.Popen([*command(), *args], cwd=cwd, env=environment(), pass_fds=fds,
                                           stdin=subprocess.PIPE if job is not None else subprocess.DEVNULL,
                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-            self._threads += [_thread(_drain, self._proc.stdout, self.out), _thread(_drain, self._proc.stderr, self.err)]
+            self._threads += [_thread(_drain, self._proc.stdout, self.out),
+                              _thread(_drain, self._proc.stderr, self.err)]
             if job is not None:
                 self._threads.append(_thread(_write, self._proc.stdin, job.encode()))
             for fd in fds:  # the child's ends: the events pipe then ends when the child is done with it

@@ -26,6 +26,11 @@ class SubmitError(RuntimeError):
     """The submitter refused the request (bad input: nothing queued, no run folder) or could not run; the
     message is its `error:` line (or its exit status and last lines when it printed none)."""
 
+    def _render_traceback_(self) -> list[str]:
+        """What a notebook shows: the submitter's error line (and your code's traceback, when importing it
+        failed), not the frames of the client that started the submitter."""
+        return [f"{type(self).__name__}: {self}", *getattr(self, "__notes__", [])]
+
 
 class RunFailed(RuntimeError):
     """The run ran and failed. The message names the task (in a sweep), the rank, and the exception type and

@@ -74,7 +74,8 @@ class Plan:
 
 
 def plan_submission(profile: Profile, points: list[Point], run_dir: Path, is_sweep: bool, source: str,
-                    after: list[str] | None, submit_dir: Path | None = None, function: bytes | None = None) -> Submission:
+                    after: list[str] | None, submit_dir: Path | None = None,
+                    function: bytes | None = None) -> Submission:
     """The --after dependencies, local checks, and the submission as data (new runs and --resume alike).
     `submit_dir`: the ranks' working directory (a new run: here; --resume: the run's own). `function`:
     a function pickled by value (`--function`), checked here and written into the new run folder."""

@@ -138,7 +138,9 @@ def submit(sub: Any, args: argparse.Namespace, job_data: dict[str, Any], source:
             "project": synced and {"dir": synced["dir"], "submit_dir": synced["submit_dir"],
                                    "laptop_root": synced["root"], "laptop_submit_dir": str(sub.submit_dir)}}
     extra = ["--json", *(["--wait"] if args.wait else []), *after_there(args.after)]
-    command = (f"cd {shlex.quote(root)} && mkdir -p submissions && cat > submissions/{local.name}.json && "
+    # (umask 077: the submission may hold a pickled function, and unpickling runs code)
+    command = (f"umask 077 && cd {shlex.quote(root)} && mkdir -p submissions && "
+               f"cat > submissions/{local.name}.json && "
                f"PYTHONPATH={shlex.quote(code_dir)} exec {shlex.quote(record['python'])} "
                f"-c {shlex.quote(_SUBMIT_BOOT)} submissions/{local.name}.json {shlex.join(extra)}")
     code_rc, last = _stream(conn, command, json.dumps(spec))

@@ -13,6 +13,10 @@ imports a missing package or calls sys.exit() while being imported, and a config
 `details`: the user's own traceback frames (none of this project's or importlib's), which the command
 line prints after the line. A traceback through the submitter would say the submitter failed.
 
+What is named must be a function (a `def`, a lambda, a method, or a functools.partial of one): a class,
+or another callable object, is refused. `checked` is the one check for a function found by name here
+and for one unpickled from a run folder (trainer.runners.pickled).
+
 The function is called as `fn(ctx, config)` when its signature takes two positional arguments
 (`(ctx, config)`, `(*args, **kwargs)`, `(ctx, config=None)`), else as `fn(ctx)` (`(ctx)`,
 `(ctx, *rest)`). When its config parameter is annotated with a dataclass, `config:` is validated

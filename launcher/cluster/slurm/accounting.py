@@ -115,7 +115,7 @@ def sacct_records(job_ids: list[str], env: dict[str, str],
             record = SchedulerRecord(one, STATES.get(slurm_state, "failed"), slurm_state, _time(row["Start"]),
                                      _time(row["End"]), float(row["ElapsedRaw"]) if row["ElapsedRaw"].isdigit()
                                      else None, row["ExitCode"], row["NodeList"], restarts,
-                                     reason=row.get("Reason", "") if row.get("Reason") not in ("None", None) else "")
+                                     reason="" if row.get("Reason") in (None, "None") else row["Reason"])
             if previous and previous.start is not None and record.start is not None:
                 record.start = previous.start  # wall time spans every life of the job
             records[one] = record
