@@ -96,7 +96,7 @@ def sync_unchanged(conn: Connection, repo: Path, remote_dir: str, repeats: int) 
     hashes, stats = [], []
     for _ in range(repeats):  # the hash alone: as a submission runs it (the listing's stamps), and with lstat calls
         start = time.perf_counter()
-        remote_sync.project_hash(repo, listing.files, known_stamps=listing.stamps)
+        remote_sync.project_hash(repo, listing.files, known_stamps=listing.stats)
         hashes.append(time.perf_counter() - start)
         start = time.perf_counter()
         remote_sync.project_hash(repo, listing.files)

@@ -12,7 +12,7 @@ How the guarantees hold here:
   checkpoints and leaves a note; node task 0 then asks submitit to requeue (its countdown, its
   `scontrol requeue`), as `launcher.node.SubmititRequeue` does in the tasks shape. A signal that comes
   before the workers catch it (torchrun and torch take seconds, more on a loaded node; SLURM sends
-  the time-limit signal once) is caught by this process, which leaves a flag (`stop_flag`); each
+  the time-limit signal once) is caught by this process, which leaves a flag (`layout.stop_flag`); each
   worker reads it once its handlers are in and stops as if signalled.
 - Per-rank logs: each worker appends its stdout/stderr to submitit's file of its rank
   (`JOB_RANK_log.out/err`), so `logs --rank R` reads rank R (ranks below the node count share
@@ -36,28 +36,11 @@ from submitit.helpers import Checkpointable
 
 from launcher import submitit_private
 from launcher.cluster.slurm import torchrun as torchrun_cmd
-from launcher.rundir.outcomes import RANK_NODES, SYMPTOMS
+from launcher.rundir import layout
+from launcher.rundir.outcomes import RANK_NODES, rank_failures, rank_notes, root_cause_first
 from trainer.config.job import JobConfig, RunSettings
-
-RESULTS_DIR = "torchrun"
-
-
-def _job_id(env: dict[str, str] | os._Environ[str]) -> str:
-    if env.get("SLURM_ARRAY_JOB_ID"):
-        return f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"
-    return env["SLURM_JOB_ID"]
-
-
-def _read(path: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads(path.read_text())  # type: ignore[no-any-return]
-    except (OSError, ValueError):
-        return None
-
-
-def stop_flag(results: Path, node_id: int) -> Path:
-    """Where a node's task notes that the stop signal came (the workers read it once they catch it)."""
-    return results / f"stop-{node_id}"
+from trainer.distributed import environment
+from trainer.rank.stopping import REQUEUE, StopRequested
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,23 +59,21 @@ class _NodeTask:
 
         from trainer.distributed import hostlist
 
-        env, paths = os.environ, JobEnvironment().paths
-        return cls(_job_id(env), int(env.get("SLURM_NODEID", "0")), hostlist.expand(env["SLURM_JOB_NODELIST"]),
+        env, paths = environment.resolve(os.environ), JobEnvironment().paths  # this node's SLURM task
+        return cls(env.scheduler_job_id, env.node_rank, hostlist.expand(os.environ["SLURM_JOB_NODELIST"]),
                    str(paths.folder), str(paths.job_id))
 
     @property
     def results(self) -> Path:
-        found = Path(self.folder) / RESULTS_DIR
+        found = layout.torchrun_notes(self.folder)
         found.mkdir(exist_ok=True)
         return found
 
     def command(self, nproc: int, spec: dict[str, Any]) -> list[str]:
         """Write the workers' spec (with where they log and note) and return this node's torchrun line."""
-        from trainer.distributed import environment
-
         path = Path(self.folder) / f"torchrun-{self.node_id}.pkl"
         with open(path, "wb") as out:
-            pickle.dump({**spec, "results": str(self.results), "folder": self.folder,
+            pickle.dump({**spec, "results": str(self.results), "folder": self.folder, "node": self.node_id,
                          "job_id": self.submitit_job_id}, out)
         cmd = torchrun_cmd.command(sys.executable, len(self.nodes), nproc, self.nodes[0],
                                    environment.port_for_job(self.job_id), self.job_id, str(path), self.node_id == 0)
@@ -114,7 +95,7 @@ class TorchrunProbe:
         private_and_coreless()
         here = _NodeTask.here()
         code = subprocess.run(here.command(self.nproc, {"probe": True}), check=False).returncode
-        mine = sorted(here.results.glob(f"probe-{here.node_id}-*.json"))
+        mine = sorted(here.results.glob(layout.probe_note(here.results, here.node_id, "*").name))
         if code != 0 or len(mine) != self.nproc:
             raise RuntimeError(f"torchrun on node {here.nodes[here.node_id]} exited with status {code} and "
                                f"{len(mine)} of {self.nproc} ranks reported (see the job's logs)")
@@ -122,8 +103,16 @@ class TorchrunProbe:
 
 
 class RankFailed(RuntimeError):
-    """A rank under this node's torchrun failed: "rank R failed: ...", which status and `--wait` read
-    as rank R's failure (launcher.rundir.outcomes.failed_rank), not as this node task's."""
+    """A rank under this node's torchrun failed (the job's log says which; the submitter reads the
+    rank from the ranks' own notes, launcher.rundir.outcomes.rank_notes, not from this text)."""
+
+
+def _stop_of(note: dict[str, Any]) -> StopRequested | None:
+    """The stop a rank's note records (`worker`), as the rank raised it; None: it did not stop."""
+    stop = note.get("stop")
+    if not isinstance(stop, dict):
+        return None
+    return StopRequested(int(stop["step"]), str(stop["signal"]), int(stop["kind"]), dict(stop.get("info") or {}))
 
 
 class TorchrunTask(Checkpointable):
@@ -134,21 +123,23 @@ class TorchrunTask(Checkpointable):
         self.run_root = run_root or settings.run_dir
 
     def __call__(self) -> dict[str, Any]:
-        from launcher.node import TERMINATED_EXIT_CODE, SubmititRequeue, drop_stale_result, private_and_coreless
+        from launcher.node import SubmititRequeue, drop_stale_result, exit_after_stop, private_and_coreless
 
         private_and_coreless()
         drop_stale_result()
         here = _NodeTask.here()
         node_id, nodes, results = here.node_id, here.nodes, here.results
         if node_id == 0:
-            for old in results.glob("rank-*.json"):  # an earlier attempt's (a requeue reuses the folder)
+            # An earlier attempt's notes (a requeue reuses the folder).
+            for old in results.glob(layout.rank_note(results, "*").name):
                 old.unlink(missing_ok=True)
         requeue = SubmititRequeue.current()
         cmd = here.command(self.nproc, {
             "job": self.job, "settings": self.settings,
-            "clock": None if requeue is None else submitit_private.timeout_clock(requeue.handler)})
+            "clock": None if requeue is None else submitit_private.timeout_clock(requeue.handler),
+            "requeues_left": None if requeue is None else submitit_private.timeout_requeues_left(requeue.handler)})
         signum = signal.Signals[f"SIG{self.settings.stop_signal}"]
-        flag = stop_flag(results, node_id)
+        flag = layout.stop_flag(results, node_id)
         flag.unlink(missing_ok=True)  # an earlier attempt's
         # This task notes the signal for the workers that have not installed their handlers yet
         # (torchrun and torch take seconds to start; SLURM sends the time-limit signal once).
@@ -156,7 +147,7 @@ class TorchrunTask(Checkpointable):
         # The agent and the workers ignore the signal until the workers catch it (module doc).
         code = subprocess.run(cmd, check=False, preexec_fn=lambda: signal.signal(signum, signal.SIG_IGN)).returncode
         signal.signal(signum, previous)
-        ranks = {int(p.stem.split("-")[1]): _read(p) or {} for p in results.glob("rank-*.json")}
+        ranks = rank_notes(here.folder)
         first = ranks.get(0, {})
         if code == 0:  # node task 0 returns rank 0's result (the run's); the others their first rank's
             mine = {rank: r for rank, r in ranks.items() if r.get("node") == node_id}
@@ -166,20 +157,19 @@ class TorchrunTask(Checkpointable):
             # submitter lists every rank's node, as in the tasks shape, not one per node task.
             result[RANK_NODES] = {rank: (r.get("result") or {}).get("node", nodes[node_id]) for rank, r in mine.items()}
             return result
-        if first.get("stop") == "requeue" and node_id == 0 and requeue is not None:
-            decision = requeue(self.settings.stop_signal)
-            print(f"[task] stopped at step {first.get('step')} on SIG{self.settings.stop_signal}: "
-                  f"checkpointed; requeue: {decision}", flush=True)
-            raise SystemExit(decision.get("exit_code", 1))
-        if any(r.get("stop") for r in ranks.values()):
-            raise SystemExit(TERMINATED_EXIT_CODE)
-        # The cause first: peers of a dead rank fail too, on closed connections, sometimes sooner
-        # than the dead rank has written its note (its own teardown closes those connections).
-        failed = sorted((r for r in ranks.items() if r[1].get("error")),
-                        key=lambda r: (any(s in r[1]["error"] for s in SYMPTOMS), r[1].get("time", 0)))
-        if failed:
-            rank, info = failed[0]
-            raise RankFailed(f"rank {rank} failed: {info['error']}\n{info.get('traceback', '')}")
+        # Every rank stopped alike (rank 0's decision, broadcast): rank 0's note, else any rank's.
+        stop = _stop_of(first) or next((found for r in ranks.values() if (found := _stop_of(r))), None)
+        if stop is not None:
+            if node_id == 0 and requeue is not None and stop.kind == REQUEUE:
+                # submitit's own decision and action (its countdown, `scontrol requeue`), as in the tasks shape.
+                stop.info = requeue(self.settings.stop_signal)
+            exit_after_stop(stop, self.settings.run_dir, self.run_root)  # ends as the tasks shape does
+        # The cause first (launcher.rundir.outcomes): peers of a dead rank fail too, on closed connections,
+        # sometimes sooner than the dead rank has written its note (its own teardown closes those connections).
+        failures, times = rank_failures(ranks)
+        if failures:
+            rank, short, text = root_cause_first(failures, times=times)[0]
+            raise RankFailed(f"rank {rank} failed: {short}\n{text}")
         raise RuntimeError(f"torchrun on node {nodes[node_id]} exited with status {code} (a rank on another node "
                            f"failed, or one was killed: see `logs --rank`)")
 
@@ -190,43 +180,47 @@ def worker(spec_path: str) -> int:
 
     from submitit.core.utils import JobPaths
 
-    from launcher.node import TrainTask, private_and_coreless
-    from trainer.rank.stopping import StopRequested, StopSignals
-    from trainer.runners import dispatch
+    from launcher.node import TrainTask, private_and_coreless, reason_and_countdown
+    from trainer.rank.stopping import StopSignals
+    from trainer.runners import dispatch, envelope
 
     private_and_coreless()
     with open(spec_path, "rb") as f:
         spec = pickle.load(f)
-    rank = int(os.environ["RANK"])
-    log = JobPaths(spec["folder"], job_id=spec["job_id"], task_id=rank)
+    env = environment.resolve(os.environ)  # torchrun's RANK, LOCAL_RANK, ...
+    log = JobPaths(spec["folder"], job_id=spec["job_id"], task_id=env.rank)
     for fd, path in ((1, log.stdout), (2, log.stderr)):
         out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         os.dup2(out, fd)
         os.close(out)
+    notes, node = Path(spec["results"]), int(spec["node"])  # this node's index among the job's (its task's)
     if spec.get("probe"):  # `submit.py probe`: report, do not train (TorchrunProbe)
         from launcher.node import probe_task
 
-        node_id = os.environ.get("SLURM_NODEID", "0")
-        (Path(spec["results"]) / f"probe-{node_id}-{rank}.json").write_text(json.dumps(probe_task()))
+        layout.probe_note(notes, node, env.rank).write_text(json.dumps(probe_task()))
         return 0
     settings: RunSettings = spec["settings"]
     stops = StopSignals(settings.stop_signal)
     stops.install()
-    if stop_flag(Path(spec["results"]), int(os.environ.get("SLURM_NODEID", "0"))).exists():
+    if layout.stop_flag(notes, node).exists():
         stops.raise_requeue_signal()  # it came while this process still ignored it
-    note = Path(spec["results"]) / f"rank-{rank}.json"
+    note = layout.rank_note(notes, env.rank)
     TrainTask(spec["job"], settings).announce(settings)  # the attempt's banner in this rank's log
-    where = {"node": int(os.environ.get("SLURM_NODEID", "0")), "local_rank": int(os.environ["LOCAL_RANK"])}
 
     def wants_requeue(name: str) -> dict[str, Any]:  # rank 0: node task 0 asks submitit (module doc)
-        # The reason as node task 0 will decide it (submitit's rule, its clock), for the "stopped" event.
+        # The decision as node task 0 will take it (submitit's rule, its clock and countdown), for the
+        # "stopped" event and every rank's end: a requeue submitit will refuse is not logged as one.
         timed_out = spec["clock"] is not None and submitit_private.has_timed_out(spec["clock"])
-        return {"requeued": True, "exit_code": 3, "reason": "timeout" if timed_out else "preemption"}
+        decision = reason_and_countdown(timed_out, spec.get("requeues_left"))
+        if decision["timeout_requeues_left"] is not None and decision["timeout_requeues_left"] < 0:
+            return {"requeued": False, "message": "timed-out too many times", **decision}
+        return {"requeued": True, "exit_code": 3, **decision}
 
     try:
         result = dispatch.run_job(spec["job"], settings, on_stop=wants_requeue, stops=stops)
     except StopRequested as stop:
-        note.write_text(json.dumps({"stop": "requeue" if stop.requeued else "terminated", "step": stop.step}))
+        note.write_text(json.dumps({"stop": {"step": stop.step, "signal": stop.signal_name, "kind": stop.kind,
+                                             "info": stop.info}}, default=str))
         return 3
     except BaseException as err:
         note.write_text(json.dumps({"error": f"{type(err).__name__}: {err}", "time": time.time(),
@@ -234,7 +228,8 @@ def worker(spec_path: str) -> int:
         raise
     finally:
         stops.restore()
-    note.write_text(json.dumps({"result": {**result, "python": sys.executable}, **where}, default=str))
+    note.write_text(json.dumps({"result": envelope.launched(result), "node": node, "local_rank": env.local_rank},
+                               default=str))
     return 0
 
 

@@ -85,15 +85,31 @@ def status(argv: list[str]) -> int:
     return EXIT_OK
 
 
+def head_line(info: RunInfo, states: list[TaskState], shown: dict[str, str] | None = None) -> str:
+    """The first line of `status` and of `watch`: the run, its job, profile and executor, and how many
+    tasks are in each state (`shown`: another name for a state, as `watch` says done for completed)."""
+    counts: dict[str, int] = {}
+    for ts in states:
+        name = (shown or {}).get(ts.state, ts.state)
+        counts[name] = counts.get(name, 0) + 1
+    return (f"run {relative(info.run_dir)}: {info.job.get('name', '?')} on {info.profile.get('name', '?')} "
+            f"({info.executor}), {len(states)} task(s): {results.overall_state(states)} — "
+            + ", ".join(f"{n} {s}" for s, n in counts.items()))
+
+
+def waiting_text(ts: TaskState, clock: str = "%Y-%m-%d %H:%M:%S") -> str:
+    """Why a pending task waits and when SLURM expects it to start, where it says (`status` and `watch`):
+    `Resources, expected to start 15:20` ("" for a task that is not waiting)."""
+    if not ts.waiting:
+        return ""
+    when = f", expected to start {time.strftime(clock, time.localtime(ts.expected_start))}" if ts.expected_start else ""
+    return f"{ts.reason or 'queued'}{when}"
+
+
 def _status_text(info: RunInfo, states: list[TaskState], summary: dict[str, Any] | None,
                  costs: dict[int, dict[str, Any]]) -> str:
     metric, _ = info.target
-    counts: dict[str, int] = {}
-    for ts in states:
-        counts[ts.state] = counts.get(ts.state, 0) + 1
-    head = (f"run {relative(info.run_dir)}: {info.job.get('name', '?')} on {info.profile.get('name', '?')} "
-            f"({info.executor}), {len(states)} task(s): {results.overall_state(states)} — "
-            + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    head = head_line(info, states)
     rows = [["task", "state", "restarts", "job id", "wall", metric, *(["cost"] if costs else []), "overrides",
              "error"]]
     for ts in states:
@@ -103,7 +119,7 @@ def _status_text(info: RunInfo, states: list[TaskState], summary: dict[str, Any]
                      f"{value:.4f}" if isinstance(value, (int, float)) else "-",
                      *([cost_cell(costs.get(ts.task))] if costs else []), overrides_text(ts.overrides),
                      (f"rank {ts.failed_rank}: " if ts.failed_rank is not None else "") + ts.error
-                     + _waiting_text(ts) + broken])
+                     + (f"waiting: {waiting_text(ts)}" if ts.waiting else "") + broken])
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     lines = [head] + ["  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1] for r in rows]
     if summary and summary.get("summary_csv"):
@@ -129,15 +145,6 @@ def _recorded_result(ts: TaskState) -> tuple[dict[str, Any] | None, str]:
     except ConfigError as err:
         return ts.result, f"(unreadable record: {err})"
     return ts.result or recorded, ""
-
-
-def _waiting_text(ts: TaskState) -> str:
-    """Why a pending task waits, and when SLURM expects it to start (where it says)."""
-    if ts.state not in ("pending", "requeued") or not (ts.reason or ts.expected_start):
-        return ""
-    when = (f", expected to start {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(ts.expected_start))}"
-            if ts.expected_start else "")
-    return f"waiting: {ts.reason or 'queued'}{when}"
 
 
 # ----- logs ----------------------------------------------------------------------------------------

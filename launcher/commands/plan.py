@@ -41,12 +41,10 @@ class Plan:
 
     def prepare(self) -> None:
         """Before sbatch: the run folder and what it must hold."""
-        while True:
-            try:
-                record.create(self.sub.run_dir, self.sub.describe(), ["submit.py", *self.argv])
-                break
-            except FileExistsError:  # another submitter made this name since we chose it
-                self.sub = moved(self.sub, layout.next_free(self.sub.run_dir))
+        claimed = layout.claim(self.sub.run_dir)  # another submitter may have taken the name since it was chosen
+        if claimed != self.sub.run_dir:
+            self.sub = moved(self.sub, claimed)
+        record.create(self.sub.run_dir, self.sub.describe(), ["submit.py", *self.argv])
         if self.sub.function is not None:  # a function handed over by value: what every rank calls
             from trainer.runners import pickled  # (only then)
 

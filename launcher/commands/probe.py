@@ -27,8 +27,9 @@ from launcher.cluster.slurm import limits
 from launcher.commands.console import EXIT_FAILED, EXIT_OK, ArgumentParser
 from launcher.config.resolve import load_profile, parse_overrides, resolve
 from launcher.request import send
-from launcher.request.submission import Point, build
+from launcher.request.submission import Point, build, moved
 from launcher.rundir import layout
+from trainer.config import project
 from trainer.config.job import JobConfig
 from trainer.config.schema import ConfigError
 
@@ -61,6 +62,8 @@ def main(argv: list[str]) -> int:
     sub = build(profile, [Point(0, JobConfig(name=f"probe-{profile.name}"))], run_dir, is_sweep=False)
     if sub.request is not None:
         limits.check(sub.request, profile.max_array_size, source)
+    if (claimed := layout.claim(run_dir)) != run_dir:  # another probe took the name meanwhile
+        sub, run_dir = moved(sub, claimed), claimed
     reports_dir = run_dir / "environment"
     # The check goes in front of submitit's own start-up, in the same interpreter or container
     # (launcher.envcheck): it must run where submitit itself may be missing.
@@ -130,10 +133,13 @@ def job_modules(job_name: str) -> list[str]:
     if not (job.entrypoint or job.script):
         return [DATASET_MODULES[job.dataset]] if job.dataset in DATASET_MODULES else []
     base = Path(job.code_dir or Path.cwd())
+    # Found as the check before queueing and the ranks find it (trainer.config.project's rule).
+    root = job.project_root or str(project.root_for(None, Path.cwd()))
     if job.script:
-        path = Path(job.script) if Path(job.script).is_absolute() else base / job.script
+        path = project.find_script(job.script, Path.cwd(), job.code_dir, root)
     else:
-        path = _module_file(job.entrypoint.partition(":")[0], [str(Path.cwd()), str(base)])
+        folders = project.search_path(Path(root), Path.cwd(), Path(job.code_dir) if job.code_dir else None)
+        path = _module_file(job.entrypoint.partition(":")[0], [str(f) for f in folders])
     if path is None or not path.is_file():
         return []  # the check before queueing names a missing entrypoint or script
     try:
@@ -154,7 +160,7 @@ def job_modules(job_name: str) -> list[str]:
 
 def _module_file(module: str, extra: list[str]) -> Path | None:
     saved = list(sys.path)
-    sys.path.extend(extra)
+    sys.path[:0] = extra  # ahead of installed packages, as the rule puts them
     try:
         spec = importlib.util.find_spec(module.split(".")[0])
         if spec is not None and "." in module:

@@ -16,9 +16,10 @@ import threading
 from pathlib import Path
 from typing import IO, Any
 
+from launcher.rundir.layout import ATTEMPT_BANNER
+
 # Set by the command line's --verbose: show submitit's INFO lines too.
 VERBOSE = False
-BANNER = "===== [submit.py] attempt started"
 CLEAR_LINE = "\r\x1b[K"
 
 
@@ -61,7 +62,7 @@ class Screen:
             self._line(stream, "")  # an intended blank line on stdout
 
     def _line(self, stream: str, text: str) -> None:
-        if stream == "err" and text.startswith(BANNER):
+        if stream == "err" and text.startswith(ATTEMPT_BANNER):
             return  # the same banner came on stdout
         if not self.verbose and text.startswith("submitit INFO"):
             return

@@ -105,13 +105,7 @@ def submit(sub: Any, args: argparse.Namespace, job_data: dict[str, Any], source:
     listing = project_listing(sub, source or profile.name)
     tool, note = tool_listing()
     root, found = preflight(conn, profile, (*tool.folders("code"), *(listing.folders() if listing else ())))
-    local = sub.run_dir
-    while True:
-        try:
-            local.mkdir(parents=True)
-            break
-        except FileExistsError:
-            local = layout.next_free(local)
+    local = layout.claim(sub.run_dir)
     try:
         code_dir, sent = sync_listing(conn, tool, found, root, "code")
         synced = sync_project(conn, listing, found, root, Path(sub.submit_dir)) if listing else None

@@ -29,11 +29,15 @@ def write_record(local: Path, record: dict[str, Any]) -> None:
 
 
 def read_record(folder: Path) -> dict[str, Any] | None:
+    """`folder`'s remote.json, every field it has checked against its one shape (launcher.rundir.shapes.REMOTE):
+    None where there is none (or it is no JSON object: not a record); a ConfigError naming the file and
+    the field where one has the wrong shape (job ids as one string, a number written as `true`)."""
+    path = folder / RECORD
     try:
-        value = json.loads((folder / RECORD).read_text(encoding="utf-8"))
+        value = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):  # (UnicodeDecodeError is a ValueError)
         return None
-    return value if isinstance(value, dict) else None
+    return shapes.check(path, value, shapes.REMOTE) if isinstance(value, dict) else None
 
 
 # What relaying a command reads of remote.json: each reaches the ssh command line (quoted).
@@ -44,11 +48,11 @@ def checked_record(folder: Path, fields: tuple[str, ...] = _RELAYED_FIELDS) -> d
     """A remote.json whose fields a relayed command reads (launcher.rundir.shapes), else a ConfigError
     naming the file and the field: an edited or broken record is one `error:` line, not a KeyError."""
     record = read_record(folder) or {}
-    path = folder / RECORD
     for key in fields:
         if key not in record:
-            raise ConfigError(f"{path}: field '{key}' is missing (a record written by a submission over SSH has it)")
-    return shapes.check(path, record, {key: shapes.text for key in fields})
+            raise ConfigError(f"{folder / RECORD}: field '{key}' is missing (a record written by a submission over "
+                              f"SSH has it)")
+    return record
 
 
 def relayed(argv: list[str]) -> int | None:
@@ -128,11 +132,15 @@ def with_records(rows: list[dict[str, Any]], where: Path, most: int) -> list[dic
 
 def record_rows(where: Path) -> list[dict[str, Any]]:
     """`list`'s rows for the runs recorded here (offline: what the record says)."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for folder in sorted(where.glob(f"*/{RECORD}"), reverse=True):
-        if (record := read_record(folder.parent)) is not None:
-            recorded = record.get("job_ids")
-            ids = ",".join(str(i) for i in (recorded if isinstance(recorded, list) else [])) or "?"
+        try:
+            record = read_record(folder.parent)
+        except ConfigError as err:
+            rows.append({"run": folder.parent.name, "run_dir": str(folder.parent), "state": f"unreadable ({err})"})
+            continue
+        if record is not None:
+            ids = ",".join(str(i) for i in record.get("job_ids") or []) or "?"
             rows.append({"run": record.get("name", folder.parent.name), "run_dir": str(folder.parent),
                          "profile": record.get("profile", ""), "job": record.get("job", ""),
                          "tasks": record.get("tasks", ""), "created": record.get("created"),

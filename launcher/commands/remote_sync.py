@@ -1,6 +1,7 @@
 """What travels to the cluster side over SSH, by content (docs/remote.md): the content address of
-the tool's code and of your own project's files (remembered per file by size, mtime and inode, as
-git's index does, so an unchanged project costs stat calls, not reads), and their rsync, from where
+the tool's code and of your own project's files (remembered per file while unchanged by the
+snapshot's rule, launcher.rundir.links, as git's index does, so an unchanged project costs stat calls,
+not reads), and their rsync, from where
 they are, into REMOTE_DIR/code/<address> and REMOTE_DIR/projects/<address> (the folder that stands
 in for your checkout there)."""
 
@@ -16,11 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from launcher.cluster.ssh import Connection
+from launcher.rundir import links
 from trainer.config import project
 from trainer.config.lookup import CODE_ROOT
-
-RACY_S = 2.0
-
 
 def hash_cache_file(root: Path, kind: str = "project") -> Path:
     """Where the content hashes of `root`'s files are remembered (by size, mtime and inode, as git's index does)."""
@@ -29,20 +28,21 @@ def hash_cache_file(root: Path, kind: str = "project") -> Path:
 
 
 def project_hash(root: Path, names: list[str], kind: str = "project",
-                 known_stamps: dict[str, tuple[int, int, int]] | None = None) -> tuple[str, str]:
+                 known_stamps: dict[str, links.Entry] | None = None) -> tuple[str, str]:
     """The content address of `names` and the one before it ("": none), from each file's sha256,
-    computed again only for files whose size, mtime or inode changed since the last submission of
-    this project. The unchanged case reads one small file: the digest of every name and stamp as
-    remembered; when this call's stamps give the same digest, the address is the remembered one, and
-    the cost is one lstat per file (the per-file hashes are read only when something changed), none
-    where `known_stamps` has them (the snapshot listing's, made moments before by the same submission)."""
+    computed again only for files not unchanged since the last submission of this project (the
+    snapshot's rule, launcher.rundir.links: size, mtime, ctime and inode). The unchanged case reads one
+    small file: the digest of every name and stamp as remembered; when this call's stamps give the
+    same digest, the address is the remembered one, and the cost is one lstat per file (the per-file
+    hashes are read only when something changed), none where `known_stamps` has them (the snapshot
+    listing's, made moments before by the same submission)."""
     cache_file = hash_cache_file(root, kind)
     head_file = cache_file.with_suffix(".head")
     names = sorted(names)
-    base, now = os.path.join(str(root), ""), time.time_ns()
+    base, now = os.path.join(str(root), ""), time.time()
     given = known_stamps or {}
-    stamps = [given.get(name) or _stamp(os.lstat(base + name)) for name in names]
-    stamped = hashlib.sha256("\0".join(f"{n}\0{a}\0{b}\0{c}" for n, (a, b, c) in zip(names, stamps))
+    stamps = [given.get(name) or links.source_stat(os.lstat(base + name)) for name in names]
+    stamped = hashlib.sha256("\0".join(f"{n}\0" + "\0".join(map(str, st)) for n, st in zip(names, stamps))
                              .encode("utf-8", "surrogateescape")).hexdigest()
     try:
         head = json.loads(head_file.read_text())
@@ -55,20 +55,19 @@ def project_hash(root: Path, names: list[str], kind: str = "project",
         known, before = dict(zip(cache["names"], cache["entries"])), str(cache["address"])
     except (OSError, ValueError, KeyError, TypeError):
         known, before = {}, ""
-    # A file modified within RACY_S of now may change again within the clock's granularity, keeping
-    # its stamp (git's "racy" entries): its hash is used, not remembered (the next call reads it again).
-    old = now - int(RACY_S * 1e9)
+    # A file changed within RACY_S of now may change again within the clock's granularity, keeping its
+    # stamp (git's "racy" entries, links.settled): its hash is used, not remembered (the next call reads it again).
     entries, digest = [], hashlib.sha256()
     for name, stamp in zip(names, stamps):
         entry = known.get(name)
-        if not (isinstance(entry, list) and len(entry) == 4 and tuple(entry[:3]) == stamp):
+        if not (isinstance(entry, list) and len(entry) == 5 and links.unchanged(entry, list(stamp))):
             path = base + name
             body = os.readlink(path).encode() if os.path.islink(path) else Path(path).read_bytes()
             entry = [*stamp, hashlib.sha256(body).hexdigest()]
-        entries.append(entry if stamp[1] < old else entry[:3])
-        digest.update(name.encode("utf-8", "surrogateescape") + b"\0" + entry[3].encode() + b"\0")
+        entries.append(entry if links.settled(stamp, now) else entry[:4])
+        digest.update(name.encode("utf-8", "surrogateescape") + b"\0" + entry[4].encode() + b"\0")
     address = digest.hexdigest()[:20]
-    racy = any(len(entry) < 4 for entry in entries)
+    racy = any(len(entry) < 5 for entry in entries)
     try:
         cache_file.parent.mkdir(parents=True, exist_ok=True)
         for path, body in ((cache_file, {"root": str(root), "address": address, "names": names, "entries": entries}),
@@ -79,10 +78,6 @@ def project_hash(root: Path, names: list[str], kind: str = "project",
     except OSError:
         pass  # a cache only: the next submission hashes again
     return address, before
-
-
-def _stamp(info: os.stat_result) -> tuple[int, int, int]:
-    return info.st_size, info.st_mtime_ns, info.st_ino
 
 
 @dataclass
@@ -111,7 +106,7 @@ def project_listing(sub: Any, source: str) -> Listing | None:
     files = sub.project if sub.project is not None else snapshot.survey(
         root, sub.profile.snapshot_exclude, sub.profile.snapshot_max_mb, source,
         skip=[Path(sub.profile.runs_dir).expanduser().resolve()])
-    address, before = project_hash(root, files.files, known_stamps=files.stamps)
+    address, before = project_hash(root, files.files, known_stamps=files.stats)
     return Listing(root, files.files, address, before)
 
 

@@ -23,7 +23,7 @@ from launcher.commands.console import EXIT_FAILED, EXIT_OK, emit, overrides_text
 from launcher.commands.relay import for_local_run as relay_logs
 from launcher.request.submission import Submission
 from launcher.rundir import layout, plots, record, restarts, results
-from launcher.rundir.outcomes import RANK_NODES, Failure, error_text, failed_rank, root_cause_first
+from launcher.rundir.outcomes import RANK_NODES, Failure, error_text, rank_failures, rank_notes, root_cause_first
 from launcher.rundir.states import ACTIVE, task_states
 from trainer.runners.envelope import PLACE_KEYS
 
@@ -133,8 +133,12 @@ def wait(job: Any, poll_s: float = 1.0, force_every_s: float = 5.0, grace_s: flo
         try:
             returned.append(task.result())
         except Exception as err:  # noqa: BLE001 - any task failure is reported, not raised
-            failures.append((failed_rank(rank, str(err)), *error_text(str(err), type(err).__name__)))
+            failures.append((rank, *error_text(str(err), type(err).__name__)))
     if failures:
+        # The torchrun shape: the ranks under the node tasks that failed, as their notes name them.
+        named, times = rank_failures(rank_notes(tasks[0].paths.folder)) if _is_scheduled(job) else ([], {})
+        if named:
+            return Outcome(None, root_cause_first(named, times=times))
         first_dead = srun_lines[0][0] if srun_lines else (failfast.failed if failfast else None)
         return Outcome(None, root_cause_first(failures, first_dead))
     # torchrun shape: each node task returns one result for all its ranks, with their nodes.

@@ -54,14 +54,12 @@ def check_python(python: str, source: str) -> None:
 
 
 def script_path(job: JobConfig, source: str = "") -> str:
-    """The script as an absolute path: as given, else relative to the current directory, else to
-    the job file's folder, else to the project root; a ConfigError when it is none of them."""
-    tried = [Path(job.script)] if Path(job.script).is_absolute() else [Path.cwd() / job.script]
-    if not Path(job.script).is_absolute():
-        tried += [Path(folder) / job.script for folder in dict.fromkeys((job.code_dir, job.project_root)) if folder]
-    for path in tried:
-        if path.is_file():
-            return str(path.resolve())
+    """The script as an absolute path, by the one rule (trainer.config.project.script_places); a
+    ConfigError naming where it looked when it is in none of those places."""
+    found = project.find_script(job.script, Path.cwd(), job.code_dir, job.project_root)
+    if found is not None:
+        return str(found)
+    tried = project.script_places(job.script, Path.cwd(), job.code_dir, job.project_root)
     raise ConfigError(f"{source or f'job {job.name!r}'}: key 'script' has invalid value {job.script!r}; no such "
                       f"file (a path to a Python file; looked in " + ", ".join(str(p.parent) for p in tried) + ")")
 

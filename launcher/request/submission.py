@@ -131,7 +131,8 @@ def slurm_request(profile: Profile, job_name: str, after: list[str] | None = Non
     per_node = profile.tasks_per_node if profile.launch == "torchrun" else 1
     return sbatch.SlurmRequest(
         job_name=job_name, nodes=profile.nodes, tasks_per_node=profile.tasks_per_node // per_node,
-        cpus_per_task=profile.cpus_per_task * per_node, time_min=profile.time_min, gpus_per_node=profile.gpus_per_node,
+        cpus_per_task=profile.cpus_per_task * per_node, rank_threads=profile.cpus_per_task,
+        time_min=profile.time_min, gpus_per_node=profile.gpus_per_node,
         gpu_type=profile.gpu_type, gpus_per_task=profile.gpus_per_task, gpu_request=profile.gpu_request,
         mem_per_node_mb=profile.mem_per_node_mb, partition=profile.partition, account=profile.account,
         qos=profile.qos, constraint=profile.constraint, signal=profile.signal, signal_delay_s=profile.signal_delay_s,

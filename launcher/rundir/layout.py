@@ -7,6 +7,7 @@
         job.yaml        the resolved job (batch size per rank and global)
         code/           the code the tasks import, copied at submission (snapshot.py; SNAPSHOT.json)
         logs/<job id>/  submitit's logs, one stdout/stderr pair per task (rank), and result pickles
+            torchrun/   `launch: torchrun`: each rank's note (rank-R.json: result, stop or error), stop flags
         metrics.jsonl   one line per epoch, written by rank 0
         events.jsonl    started/resumed/stopped/finished, written by rank 0 (restarts are read from it)
         checkpoints/    ckpt-<step>.pt, the newest K
@@ -21,8 +22,10 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from trainer.config.schema import ConfigError
@@ -37,9 +40,14 @@ FAILURE_FILE = "failure.json"
 # Written by the trainer (trainer.rank.rundir holds those names).
 METRICS_FILE = rundir.METRICS_FILE
 EVENTS_FILE = rundir.EVENTS_FILE
+ATTEMPT_BANNER = rundir.ATTEMPT_BANNER  # how a rank's log marks an attempt's start
 CURVES_FILE = "curves.png"
 SUMMARY_CSV, SUMMARY_MD, SUMMARY_PNG = "summary.csv", "summary.md", "summary.png"
 LOGS_DIR = "logs"
+TORCHRUN_DIR = "torchrun"
+# The code snapshot (launcher.rundir.snapshot): the code the tasks import, your project's copy when it is
+# not this tool's checkout, and the note in code/ naming what was copied.
+SNAPSHOT_DIR, PROJECT_DIR, NOTE_FILE = "code", "project", "SNAPSHOT.json"
 
 
 # Room left in a run folder's name for the "-N" suffix of a second run in the same second.
@@ -69,13 +77,32 @@ def new_run_dir(runs_root: Path, job_name: str, profile_name: str) -> Path:
     return next_free(root / name)
 
 
+def _names(base: Path) -> Iterator[Path]:
+    """`base`, `base-2`, `base-3`, ...: a run folder's name, then those of runs made in the same second."""
+    yield base
+    for n in itertools.count(2):
+        yield base.with_name(f"{base.name}-{n}")
+
+
 def next_free(base: Path) -> Path:
-    """`base`, or `base-2`, `base-3`, ... : the first name not taken yet."""
-    path, n = base, 1
-    while path.exists():
-        n += 1
-        path = base.with_name(f"{base.name}-{n}")
-    return path
+    """The first of `base`, `base-2`, ... not taken yet (what a dry run shows; `claim` makes it)."""
+    return next(path for path in _names(base) if not path.exists())
+
+
+def claim(base: Path) -> Path:
+    """Make the run folder `base`, or the first of `base-2`, ... that no other submitter made meanwhile
+    (two runs of one job started in the same second): `mkdir` is the claim, so two never share one. The
+    one way every creator of a run folder (a submission, `probe`, the local record of one over SSH) makes
+    it; private (0700) whatever the umask: it will hold pickles that get loaded. Returns the folder."""
+    base.parent.mkdir(parents=True, exist_ok=True)
+    for path in _names(base):
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        path.chmod(0o700)
+        return path
+    raise AssertionError("not reached: the names never end")
 
 
 def _limits(root: Path) -> tuple[int, int]:
@@ -125,6 +152,27 @@ def drop_log_template(run_dir: Path) -> None:
 def job_log_dir(run_dir: Path, job_id: str) -> Path:
     """submitit's folder for one job (or one array task): logs/<id>/, ids like 12 or 12_3."""
     return log_dir(run_dir) / job_id
+
+
+def torchrun_notes(job_folder: Path | str) -> Path:
+    """Where a `launch: torchrun` job's ranks leave their notes (in submitit's folder of the job)."""
+    return Path(job_folder) / TORCHRUN_DIR
+
+
+def rank_note(notes: Path, rank: int | str) -> Path:
+    """A torchrun rank's note: its result, its stop, or its error (launcher.torchrun writes it; rank "*": a
+    pattern for every rank's)."""
+    return notes / f"rank-{rank}.json"
+
+
+def stop_flag(notes: Path, node: int) -> Path:
+    """Where a node's task notes that the stop signal came (its torchrun workers read it once they catch it)."""
+    return notes / f"stop-{node}"
+
+
+def probe_note(notes: Path, node: int, rank: int | str) -> Path:
+    """A torchrun rank's `probe` report (rank "*": a pattern for all of the node's)."""
+    return notes / f"probe-{node}-{rank}.json"
 
 
 def log_name(job_id: str, rank: int, stream: str = "out") -> str:

@@ -7,6 +7,7 @@ connections, collective timeouts, srun's kill-on-bad-exit) and are listed after 
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import re
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.cluster.said import last_line
+from launcher.rundir import layout
 from launcher.rundir.layout import job_files, job_log_dir, result_pickle_names
 from trainer.config.schema import ConfigError
 
@@ -24,19 +26,39 @@ SYMPTOMS = ("timed out", "Timeout", "Connection closed", "Connection reset", "Br
 
 Failure = tuple[int, str, str]  # (rank, one-line error, full text)
 
-# How a `launch: torchrun` node task names the rank that failed under it (launcher.torchrun.RankFailed):
-# submitit keys a job's results by SLURM task, which in that shape is a node, not a rank.
-_RANK_FAILED = re.compile(r"^(?:[\w.]+\.)?RankFailed: rank (\d+) failed", re.MULTILINE)
-
 # The key under which a torchrun node task returns the nodes of its ranks, {rank: node}.
 RANK_NODES = "rank_nodes"
+_NOTE = re.compile(r"rank-(\d+)\.json")
 
 
-def failed_rank(task: int, text: str) -> int:
-    """The rank a failure is about: the one a torchrun node task named, else the task's own index
-    (in the tasks shape, one SLURM task is one rank)."""
-    named = _RANK_FAILED.search(text)
-    return int(named.group(1)) if named else task
+def rank_notes(job_folder: Path | str) -> dict[int, dict[str, Any]]:
+    """A `launch: torchrun` job's notes, by rank ({} in the tasks shape): what each rank under a node's
+    torchrun left (launcher.torchrun.worker: its result, its stop, or its error with the time it failed).
+    submitit keys a job's outcomes by SLURM task, which in that shape is a node, not a rank."""
+    folder = layout.torchrun_notes(job_folder)
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return {}
+    notes = {}
+    for name in names:
+        if (match := _NOTE.fullmatch(name)) is not None:
+            try:
+                note = json.loads((folder / name).read_text(encoding="utf-8"))
+            except (OSError, ValueError, RecursionError):  # being written, or not ours
+                continue
+            if isinstance(note, dict):
+                notes[int(match.group(1))] = note
+    return notes
+
+
+def rank_failures(notes: dict[int, dict[str, Any]]) -> tuple[list[Failure], dict[int, float]]:
+    """The ranks whose note says they failed, each (rank, one-line error, traceback), and when each failed."""
+    failed = {rank: note for rank, note in notes.items() if isinstance(note.get("error"), str)}
+    failures = [(rank, note["error"], str(note.get("traceback") or note["error"])) for rank, note in failed.items()]
+    times = {rank: float(note["time"]) for rank, note in failed.items()
+             if isinstance(note.get("time"), (int, float)) and not isinstance(note.get("time"), bool)}
+    return failures, times
 
 
 def error_text(text: str, default: str = "error") -> tuple[str, str]:
@@ -47,16 +69,18 @@ def error_text(text: str, default: str = "error") -> tuple[str, str]:
     return last_line(lines, default), str(text).strip()
 
 
-def root_cause_first(failures: list[Failure], first_dead: int | None = None) -> list[Failure]:
-    """Ranks that died of a peer's failure report timeouts or closed connections; show the cause first.
+def root_cause_first(failures: list[Failure], first_dead: int | None = None,
+                     times: dict[int, float] | None = None) -> list[Failure]:
+    """Ranks that died of a peer's failure report timeouts or closed connections; show the cause first
+    (the one ordering of failures: `--wait`, `status` and a torchrun node task naming its rank use it).
 
     `first_dead` is the rank srun reported first (it outranks symptoms: a rank killed by a signal
-    leaves no traceback of its own)."""
-    def key(f: Failure) -> tuple[int, int]:
+    leaves no traceback of its own); `times`, when each rank failed (torchrun's notes): among causes
+    alike, the first to fail comes first, then the lowest rank."""
+    def key(f: Failure) -> tuple[int, float, int]:
         symptom = any(s in f[2] for s in SYMPTOMS)
-        if f[0] == first_dead:
-            return (1 if symptom else 0, f[0])
-        return (2 if symptom else 0, f[0])
+        rank = (1 if symptom else 0) if f[0] == first_dead else (2 if symptom else 0)
+        return (rank, (times or {}).get(f[0], 0.0), f[0])
 
     return sorted(failures, key=key)
 
@@ -110,11 +134,12 @@ def check_private(run_dir: Path, folder: Path) -> None:
 _CHECKED: set[str] = set()
 
 
-def failure_of(outcomes: dict[int, tuple[str, Any]]) -> tuple[int, str] | None:
-    """The failed rank and its one-line error, the root cause first (peers die of timeouts)."""
-    failures = [(failed_rank(rank, str(v)), *error_text(str(v))) for rank, (kind, v) in outcomes.items()
-                if kind != "success"]
+def failure_of(outcomes: dict[int, tuple[str, Any]], job_folder: Path | None = None) -> tuple[int, str] | None:
+    """The failed rank and its one-line error, the root cause first (peers die of timeouts). In the
+    torchrun shape (`job_folder`'s rank notes) the ranks that failed under a node task, not the node."""
+    failures = [(task, *error_text(str(v))) for task, (kind, v) in outcomes.items() if kind != "success"]
     if not failures:
         return None
-    rank, short, _ = root_cause_first(failures)[0]
+    named, times = rank_failures(rank_notes(job_folder)) if job_folder is not None else ([], {})
+    rank, short, _ = root_cause_first(named or failures, times=times)[0]
     return rank, short

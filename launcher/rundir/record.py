@@ -69,8 +69,7 @@ def read_optional(path: Path) -> dict[str, Any] | None:
 # ----- run.json ------------------------------------------------------------------------------------
 
 def create(run_dir: Path, description: dict[str, Any], argv: list[str]) -> None:
-    run_dir.mkdir(parents=True, exist_ok=False)
-    run_dir.chmod(0o700)  # private whatever the umask: it will hold pickles that get loaded
+    """The records of a new run, in the folder just claimed for it (layout.claim)."""
     (run_dir / PROFILE_FILE).write_text(yaml.safe_dump(description["profile"], sort_keys=False))
     job = dict(description["job"])
     job["global_batch_size"] = description["global_batch_size"]  # shown, not read back

@@ -1,4 +1,5 @@
-"""The one typed, bounded reading of a run folder's records (run.json, tasks.json, result.json).
+"""The one typed, bounded reading of a run folder's records (run.json, tasks.json, result.json,
+failure.json, and remote.json for a run submitted over SSH).
 
 A record is written by the submitter or a rank, but read back later by `status`, `logs`, `cancel`,
 `list`, `--resume` and `--after`, possibly after an edit, a crash mid-write on an old version, or
@@ -114,6 +115,12 @@ RESULT = {key: optional(number) for key in ("test_accuracy", "test_loss", "train
                                             "epochs", "world_size", "restarts", "wall_time_s", "steps")}
 RESULT.update({"state": text, "job_id": job_id, "task": optional(integer(0, MAX_SWEEP_TASKS - 1)), "overrides": optional(mapping())})
 FAILURE = {"rank": optional(integer(0, 2**31 - 1)), "error": optional(text)}
+
+# remote.json: the local record of a run submitted over SSH (launcher.commands.remote_runs), which `list`,
+# `status`, `logs`, `watch`, `cancel`, `--resume` and `--after` read; its texts reach an ssh command line.
+REMOTE = {key: text for key in ("name", "profile", "login", "remote_dir", "remote_run_dir", "code", "python", "job",
+                                "project")}
+REMOTE.update({"job_ids": optional(list_of(job_id, MAX_SWEEP_TASKS * 4)), "tasks": _TASKS, "created": number})
 
 
 def run_record(path: Path, record: dict[str, Any]) -> dict[str, Any]:

@@ -36,13 +36,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from launcher.rundir import links
-from launcher.rundir.layout import RUN_FILE
+from launcher.rundir.layout import NOTE_FILE, PROJECT_DIR, RUN_FILE, SNAPSHOT_DIR
 from trainer.config.lookup import CODE_ROOT
 from trainer.config.schema import ConfigError
 
-SNAPSHOT_DIR = "code"
-PROJECT_DIR = "project"
-NOTE_FILE = "SNAPSHOT.json"
 PACKAGES = ("launcher", "trainer")
 # Left out of a walk (no git to say what is ignored): caches, environments and other tools' state.
 WALK_SKIPS = {".git", "__pycache__", ".venv", "venv", "env", "node_modules", ".mypy_cache", ".pytest_cache",
@@ -60,14 +57,10 @@ class Survey:
     bytes: int
     git: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
-    stats: dict[str, links.Entry] = field(default_factory=dict)  # name: its stat as listed (links.source_stat)
+    # name: its stamp as listed (links.source_stat): the copy and a submission over SSH (which hashes by
+    # them, launcher.commands.remote_sync) need no second lstat per file.
+    stats: dict[str, links.Entry] = field(default_factory=dict)
     stat_at: float = 0.0  # when listing began: the stats are no older than this
-
-    @property
-    def stamps(self) -> dict[str, tuple[int, int, int]]:
-        """Each file's (size, mtime_ns, inode) as listed: a submission over SSH hashes by them
-        (launcher.commands.remote_sync) without a second lstat per file."""
-        return {name: (e[0], e[1], e[3]) for name, e in self.stats.items()}
 
 
 def snapshot_dir(run_dir: Path) -> Path:

@@ -28,7 +28,7 @@ from launcher.cluster import local
 from launcher.cluster.slurm.accounting import REQUEUED_AFTER, SchedulerRecord, sacct_records, squeue_records
 from launcher.cluster.slurm.env import slurm_env
 from launcher.rundir import restarts, shapes
-from launcher.rundir.layout import FAILURE_FILE, RESULT_FILE, job_files, log_name
+from launcher.rundir.layout import FAILURE_FILE, RESULT_FILE, TORCHRUN_DIR, job_files, job_log_dir, log_name
 from launcher.rundir.outcomes import failure_of, read_outcomes
 from launcher.rundir.record import RunInfo, read_optional
 from trainer.rank.rundir import ERRORS_DIR, error_file
@@ -64,11 +64,22 @@ class TaskState:
     # What your function raised on the failing rank (trainer.runners.failures: type, message, traceback).
     failure: dict[str, Any] | None = None
 
+    @property
+    def attempt(self) -> int:
+        """The task's attempt now (1 for the first; 0: never submitted): its restarts, from the scheduler
+        and its events (trainer.rank.events counts attempts), plus one. `status` and `watch` show this one number."""
+        return self.restarts + 1 if self.job_id else 0
+
+    @property
+    def waiting(self) -> bool:
+        """Whether SLURM says why this task waits or when it should start (`status` and `watch` show it)."""
+        return self.state in ("pending", "requeued") and bool(self.reason or self.expected_start)
+
     def as_json(self) -> dict[str, Any]:
         return {"task": self.task, "state": self.state, "restarts": self.restarts, "job_id": self.job_id,
                 "source": self.source, "wall_time_s": _round(self.wall_time_s), "error": self.error or None,
                 "failed_rank": self.failed_rank, "overrides": self.overrides, "task_dir": str(self.task_dir),
-                "attempts": len(self.job_history), "start": self.start if self.state != "pending" else None,
+                "attempts": self.attempt, "start": self.start if self.state != "pending" else None,
                 "end": self.end, "reason": self.reason or None,
                 "expected_start": self.expected_start, "result": self.result, "failure": self.failure}
 
@@ -226,7 +237,7 @@ def _one_task(info: RunInfo, task: int, job_id: str, history: list[str],
     # One listing of the job's log folder serves its pickles and its log times.
     files = job_files(info.run_dir, job_id) if finished is None else None
     outcomes = {0: ("success", finished)} if finished is not None else read_outcomes(info.run_dir, job_id, files)
-    failure = failure_of(outcomes)
+    failure = failure_of(outcomes, job_log_dir(info.run_dir, job_id) if files and TORCHRUN_DIR in files else None)
     record = (sacct or {}).get(job_id) or (squeue or {}).get(job_id)
     if record is not None:
         ts.source = "sacct" if sacct and job_id in sacct else "squeue"

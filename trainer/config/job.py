@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, get_args
 
 from trainer.config import files, lookup, project, values
 from trainer.config.schema import ConfigError, build, require
@@ -22,7 +22,8 @@ SEED_MAX = 2**32 - 1
 MAX_SYNTHETIC = 1_000_000
 # The built-in recipe's models and datasets: the one list of their names (trainer.recipes.models and
 # .components build them; a test holds the two together).
-Model = Literal["lenet", "mlp", "resnet-small"]
+Model = Literal["lenet", "mlp", "resnet-small"]  # the one list of the built-in recipe's models
+DIGITS_MODEL: Model = "mlp"  # the model for the 8x8 digits; the others take 32x32 images
 Dataset = Literal["digits", "cifar10", "synthetic-cifar10"]
 
 
@@ -157,10 +158,11 @@ class JobConfig:
                 "'' or 'STEP:RANK' with two integers")
         require(_is_step_list(self.interrupt_at), "interrupt_at", self.interrupt_at,
                 "'' or global steps > 0 separated by commas, e.g. '12,40'")
-        if self.model == "mlp":
-            require(self.dataset == "digits", "model", self.model, "'lenet' or 'resnet-small' for 32x32 images")
+        if self.model == DIGITS_MODEL:
+            require(self.dataset == "digits", "model", self.model,
+                    " or ".join(repr(m) for m in get_args(Model) if m != DIGITS_MODEL) + " for 32x32 images")
         elif self.dataset == "digits":
-            require(False, "model", self.model, "'mlp' for the 8x8 digits data")
+            require(False, "model", self.model, f"{DIGITS_MODEL!r} for the 8x8 digits data")
 
 
 METRICS = ("test_accuracy", "test_loss", "train_loss", "images_per_second")

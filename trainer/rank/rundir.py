@@ -30,6 +30,10 @@ SCRIPT_STOPS_DIR = "script-stops"
 ERRORS_DIR = "errors"
 FUNCTION_FILE = "function.pkl"
 
+# How each rank's log marks the start of an attempt (launcher.node writes it to both of a rank's logs, so
+# that each file has it; the submitter's live view of a local run shows it once, launcher.commands.relay).
+ATTEMPT_BANNER = "===== [submit.py] attempt started"
+
 # A pattern string: re compiles (and caches) it on first use.
 _CHECKPOINT = r"^ckpt-(\d{9})\.pt$"
 

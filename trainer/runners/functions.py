@@ -131,9 +131,8 @@ def tracker_info(job: JobConfig, settings: RunSettings, env: DistEnv, attempt: i
         commit = str(json.loads(note.read_text(encoding="utf-8")).get("git_commit") or "")
     except (OSError, ValueError, AttributeError):
         commit = ""
-    # An array task by the id run.json, `status` and sacct name it with (`7_2`), not its own number (SLURM_JOB_ID).
-    job_id = f"{env.array_job_id}_{env.array_task_id}" if env.array_job_id and env.array_task_id else env.job_id
-    return RunInfo(job.name, params, attempt, job_id, settings.profile, settings.sweep, settings.task,
+    # An array task by the id run.json, `status` and sacct name it with (`7_2`), not its own SLURM_JOB_ID.
+    return RunInfo(job.name, params, attempt, env.scheduler_job_id, settings.profile, settings.sweep, settings.task,
                    tuple(settings.swept), commit)
 
 
