@@ -116,7 +116,7 @@ def test_a_crashing_task_leaves_no_core_file(tmp_path: Path) -> None:
     """A rank that aborts (SIGABRT, as a C++ `terminate` at exit does) writes no core anywhere, even
     with core dumps allowed in the submitting shell."""
     script = tmp_path / "abort.py"
-    script.write_text("import os\nfrom launcher.node import private_and_coreless\n"
+    script.write_text("import os\nfrom launcher.node.task import private_and_coreless\n"
                       "private_and_coreless()\nos.abort()\n")
     soft, hard = resource.getrlimit(resource.RLIMIT_CORE)
     proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},

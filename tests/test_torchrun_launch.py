@@ -1,5 +1,5 @@
 """`launch: torchrun` (issue 20): one SLURM task per node runs torchrun with tasks_per_node
-processes, a c10d rendezvous on the first node, the job id as the run id (launcher/torchrun.py).
+processes, a c10d rendezvous on the first node, the job id as the run id (launcher/node/torchrun_task.py, torchrun_worker.py).
 
 On the dev cluster, 2 nodes x 2 processes (CPU, gloo), all runs at once: the built-in digits job
 (uninterrupted: the reference), a plain torchrun script, a 4-point sweep of a user's entrypoint (one array; each point trains with

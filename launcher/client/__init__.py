@@ -14,9 +14,9 @@ and keep a handle on each.
     attach(run.run_dir)                         # the same handle, after a kernel restart
     runs()                                      # recent runs
 
-The calls (launcher.client.api) run the command line itself (launcher.client.engine), so the checks,
-the run folder and the queueing are the engine's; the handles (launcher.client.handles) read what it
-recorded; launcher.client.functions decides how your function travels (by name, or pickled by value).
+The calls (`api`) run the command line itself (`engine`), so the checks, the run folder and the
+queueing are the engine's, and it tells them as data (its `--events`); the handles (`handles`) read what
+it recorded; `functions` decides how your function travels (by name, or pickled by value).
 This process never imports torch or submitit for any of it, except on a `debug` profile, whose run is
 this process's own so that `breakpoint()` stops here. docs/your-code.md has the whole story.
 """

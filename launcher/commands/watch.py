@@ -1,8 +1,5 @@
-"""`submit.py watch [RUN]`: a live view of a run or a sweep, redrawn in place (rich), until it ends.
-
-    python submit.py watch [RUN] [--interval S] [--once]
-
-Per task: its state (pending with SLURM's reason, running, requeued, done, failed, ...), attempt,
+"""`submit.py watch [RUN] [--interval S] [--once]`: a live view of a run or a sweep, redrawn in place
+(rich), until it ends. Per task: its state (pending with SLURM's reason, running, requeued, done, failed, ...), attempt,
 progress (epoch and step from metrics.jsonl) and speed, the last metrics, and a sparkline of the
 target metric; a sweep's tasks sorted by that metric. States and attempts come from
 launcher.rundir.states and the head line and pending reason from `status`'s own (operate), so the two
@@ -14,6 +11,7 @@ else 1 (`--once` while the run is still going: 0). `rich` is imported here only.
 
 from __future__ import annotations
 
+import argparse
 import os
 import select
 import sys
@@ -22,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.commands.console import EXIT_FAILED, EXIT_OK, ArgumentParser, overrides_text, relative
-from launcher.commands.operate import _add_run_arguments, _find, head_line, waiting_text
+from launcher.commands.operate import add_run_arguments, find, head_line, waiting_text
 from launcher.rundir.progress import TaskView
 from launcher.rundir.record import load_run
 from launcher.rundir.states import ACTIVE, TaskState, task_states
@@ -127,16 +125,19 @@ def _metrics_text(last: dict[str, Any], metric: str) -> str:
                      if k not in HIDDEN_METRICS and k != metric and k != "images_per_second")
 
 
-def main(argv: list[str]) -> int:
+def watch_parser() -> ArgumentParser:
     parser = ArgumentParser(prog="submit.py watch", description="A live view of a run or sweep, redrawn in place "
                             "until it ends (exit status as --wait); q or Ctrl-C leaves it running.")
-    _add_run_arguments(parser, required=False)
+    add_run_arguments(parser, required=False)
     parser.add_argument("--interval", type=_seconds, default=2.0, help="seconds between refreshes (default 2)")
     parser.add_argument("--once", action="store_true", help="print one frame and exit")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def watch(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    watcher = Watcher(_find(args))
+    watcher = Watcher(find(args))
     watcher.refresh()
     console = Console()
     if args.once:
@@ -150,8 +151,6 @@ MOST_INTERVAL_S = 3600
 
 def _seconds(text: str) -> float:
     """--interval: a number of seconds in (0, an hour]; inf or 1e308 would overflow sleep's time_t."""
-    import argparse
-
     try:
         value = float(text)
     except ValueError:

@@ -1,2 +1,5 @@
-"""Configuration: cluster profiles, resolving a profile and a job with `--set`, sweep expansion,
-and the checks that need nothing but this machine."""
+"""Configuration the submitter reads: cluster profiles (`profile`, with `units`: SLURM's time and memory
+spellings, `sbatch_options`: what `sbatch_extra` may not set, and `destination`: the `login:` key),
+resolving a profile and a job with `--set` into points (`resolve`), the checks before anything is
+queued (`checks`), a function handed over from Python by value, received and checked (`pickled`), and
+`--after RUN[:COND]` (`after`)."""

@@ -12,7 +12,7 @@ from typing import Any
 from launcher.cluster.slurm.env import slurm_env
 from launcher.cluster.slurm.usage import JobUsage, sacct_usage
 from launcher.config import units
-from launcher.rundir.record import RunInfo
+from launcher.rundir.record import RecordedRun
 from launcher.rundir.states import FINAL, TaskState
 
 # Under this fraction of a request, the request is worth lowering.
@@ -44,7 +44,7 @@ def task_cost(usage: JobUsage, profile: dict[str, Any]) -> dict[str, Any]:
             "alloc_cpus": usage.alloc_cpus, "nodes": usage.nodes}
 
 
-def run_costs(info: RunInfo, states: list[TaskState]) -> dict[int, dict[str, Any]]:
+def run_costs(info: RecordedRun, states: list[TaskState]) -> dict[int, dict[str, Any]]:
     """The figures of each finished task of a SLURM run, by task index; {} elsewhere or without accounting."""
     finished = {ts.job_id: ts.task for ts in states if ts.state in FINAL and ts.job_id}
     if info.executor != "slurm" or not finished:

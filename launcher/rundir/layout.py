@@ -1,4 +1,5 @@
-"""Every name in a run folder, in one place (the trainer's own from trainer.rank.rundir).
+"""Every name in a run folder, in one place (the trainer's own from trainer.rank.rundir; the torchrun
+shape's notes from launcher.cluster.rank_notes, which the node writes).
 
     runs/20261129-184500-digits-local/
         run.json        what was submitted (profile, job, executor parameters, job ids, command)
@@ -28,6 +29,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from launcher.cluster import rank_notes
 from trainer.config.schema import ConfigError
 from trainer.rank import rundir
 
@@ -44,7 +46,7 @@ ATTEMPT_BANNER = rundir.ATTEMPT_BANNER  # how a rank's log marks an attempt's st
 CURVES_FILE = "curves.png"
 SUMMARY_CSV, SUMMARY_MD, SUMMARY_PNG = "summary.csv", "summary.md", "summary.png"
 LOGS_DIR = "logs"
-TORCHRUN_DIR = "torchrun"
+TORCHRUN_DIR = rank_notes.TORCHRUN_DIR  # in a job's logs: written on the node (launcher.cluster.rank_notes)
 # The code snapshot (launcher.rundir.snapshot): the code the tasks import, your project's copy when it is
 # not this tool's checkout, and the note in code/ naming what was copied.
 SNAPSHOT_DIR, PROJECT_DIR, NOTE_FILE = "code", "project", "SNAPSHOT.json"
@@ -92,8 +94,9 @@ def next_free(base: Path) -> Path:
 def claim(base: Path) -> Path:
     """Make the run folder `base`, or the first of `base-2`, ... that no other submitter made meanwhile
     (two runs of one job started in the same second): `mkdir` is the claim, so two never share one. The
-    one way every creator of a run folder (a submission, `probe`, the local record of one over SSH) makes
-    it; private (0700) whatever the umask: it will hold pickles that get loaded. Returns the folder."""
+    one way every creator of a run folder (a submission here or on the cluster side, `probe`, the local
+    record of one over SSH) makes it; private (0700) whatever the umask: it will hold pickles that get
+    loaded. Returns the folder."""
     base.parent.mkdir(parents=True, exist_ok=True)
     for path in _names(base):
         try:
@@ -152,27 +155,6 @@ def drop_log_template(run_dir: Path) -> None:
 def job_log_dir(run_dir: Path, job_id: str) -> Path:
     """submitit's folder for one job (or one array task): logs/<id>/, ids like 12 or 12_3."""
     return log_dir(run_dir) / job_id
-
-
-def torchrun_notes(job_folder: Path | str) -> Path:
-    """Where a `launch: torchrun` job's ranks leave their notes (in submitit's folder of the job)."""
-    return Path(job_folder) / TORCHRUN_DIR
-
-
-def rank_note(notes: Path, rank: int | str) -> Path:
-    """A torchrun rank's note: its result, its stop, or its error (launcher.torchrun writes it; rank "*": a
-    pattern for every rank's)."""
-    return notes / f"rank-{rank}.json"
-
-
-def stop_flag(notes: Path, node: int) -> Path:
-    """Where a node's task notes that the stop signal came (its torchrun workers read it once they catch it)."""
-    return notes / f"stop-{node}"
-
-
-def probe_note(notes: Path, node: int, rank: int | str) -> Path:
-    """A torchrun rank's `probe` report (rank "*": a pattern for all of the node's)."""
-    return notes / f"probe-{node}-{rank}.json"
 
 
 def log_name(job_id: str, rank: int, stream: str = "out") -> str:

@@ -1,64 +1,20 @@
-"""How each rank of a job ended, from submitit's result pickles, and which failure is the cause.
-
-The failure shown first is the root cause: the rank that raised, or the rank that srun saw die
-first (killed, or exited with an error); its peers only die of the consequences (closed
-connections, collective timeouts, srun's kill-on-bad-exit) and are listed after it.
-"""
+"""How each rank of a job ended, from submitit's result pickles (in the torchrun shape, from the ranks'
+own notes: launcher.cluster.rank_notes), and which failure is the cause (the one rule:
+launcher.cluster.failures.root_cause_first)."""
 
 from __future__ import annotations
 
-import json
 import os
 import pickle
-import re
 import stat
 from pathlib import Path
 from typing import Any
 
-from launcher.cluster.said import last_line
-from launcher.rundir import layout
+from launcher.cluster.failures import last_line, root_cause_first
+from launcher.cluster.rank_notes import rank_failures, rank_notes
 from launcher.rundir.layout import job_files, job_log_dir, result_pickle_names
 from trainer.config.schema import ConfigError
-
-# What a rank that died of a peer's failure reports.
-SYMPTOMS = ("timed out", "Timeout", "Connection closed", "Connection reset", "Broken pipe",
-            "killed", "SIGTERM", "has not completed", "UncompletedJobError", "ended without a result")
-
-Failure = tuple[int, str, str]  # (rank, one-line error, full text)
-
-# The key under which a torchrun node task returns the nodes of its ranks, {rank: node}.
-RANK_NODES = "rank_nodes"
-_NOTE = re.compile(r"rank-(\d+)\.json")
-
-
-def rank_notes(job_folder: Path | str) -> dict[int, dict[str, Any]]:
-    """A `launch: torchrun` job's notes, by rank ({} in the tasks shape): what each rank under a node's
-    torchrun left (launcher.torchrun.worker: its result, its stop, or its error with the time it failed).
-    submitit keys a job's outcomes by SLURM task, which in that shape is a node, not a rank."""
-    folder = layout.torchrun_notes(job_folder)
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        return {}
-    notes = {}
-    for name in names:
-        if (match := _NOTE.fullmatch(name)) is not None:
-            try:
-                note = json.loads((folder / name).read_text(encoding="utf-8"))
-            except (OSError, ValueError, RecursionError):  # being written, or not ours
-                continue
-            if isinstance(note, dict):
-                notes[int(match.group(1))] = note
-    return notes
-
-
-def rank_failures(notes: dict[int, dict[str, Any]]) -> tuple[list[Failure], dict[int, float]]:
-    """The ranks whose note says they failed, each (rank, one-line error, traceback), and when each failed."""
-    failed = {rank: note for rank, note in notes.items() if isinstance(note.get("error"), str)}
-    failures = [(rank, note["error"], str(note.get("traceback") or note["error"])) for rank, note in failed.items()]
-    times = {rank: float(note["time"]) for rank, note in failed.items()
-             if isinstance(note.get("time"), (int, float)) and not isinstance(note.get("time"), bool)}
-    return failures, times
+from trainer.runners.envelope import RANK_NODES
 
 
 def error_text(text: str, default: str = "error") -> tuple[str, str]:
@@ -67,22 +23,6 @@ def error_text(text: str, default: str = "error") -> tuple[str, str]:
     body = str(text).strip().split("\nYou can check full logs")[0]
     lines = "\n".join(line for line in body.splitlines() if not line.strip().startswith("-----"))
     return last_line(lines, default), str(text).strip()
-
-
-def root_cause_first(failures: list[Failure], first_dead: int | None = None,
-                     times: dict[int, float] | None = None) -> list[Failure]:
-    """Ranks that died of a peer's failure report timeouts or closed connections; show the cause first
-    (the one ordering of failures: `--wait`, `status` and a torchrun node task naming its rank use it).
-
-    `first_dead` is the rank srun reported first (it outranks symptoms: a rank killed by a signal
-    leaves no traceback of its own); `times`, when each rank failed (torchrun's notes): among causes
-    alike, the first to fail comes first, then the lowest rank."""
-    def key(f: Failure) -> tuple[int, float, int]:
-        symptom = any(s in f[2] for s in SYMPTOMS)
-        rank = (1 if symptom else 0) if f[0] == first_dead else (2 if symptom else 0)
-        return (rank, (times or {}).get(f[0], 0.0), f[0])
-
-    return sorted(failures, key=key)
 
 
 def read_outcomes(run_dir: Path, job_id: str,

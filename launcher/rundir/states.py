@@ -27,10 +27,10 @@ from typing import Any
 from launcher.cluster import local
 from launcher.cluster.slurm.accounting import REQUEUED_AFTER, SchedulerRecord, sacct_records, squeue_records
 from launcher.cluster.slurm.env import slurm_env
-from launcher.rundir import restarts, shapes
+from launcher.rundir import record_types as shapes, restarts
 from launcher.rundir.layout import FAILURE_FILE, RESULT_FILE, TORCHRUN_DIR, job_files, job_log_dir, log_name
 from launcher.rundir.outcomes import failure_of, read_outcomes
-from launcher.rundir.record import RunInfo, read_optional
+from launcher.rundir.record import RecordedRun, read_optional
 from trainer.rank.rundir import ERRORS_DIR, error_file
 
 ACTIVE = ("pending", "running", "requeued")
@@ -122,7 +122,7 @@ def finished_record(task_dir: Path, job_id: str) -> dict[str, Any] | None:
     return None
 
 
-def _submitted_at(info: RunInfo, job_id: str) -> float:
+def _submitted_at(info: RecordedRun, job_id: str) -> float:
     """When `job_id` was queued: the run's creation, or the --resume that queued it."""
     for entry in info.record.get("resumes") or []:
         if job_id in entry.get("job_ids", []):
@@ -142,7 +142,7 @@ def _int_or_none(value: Any) -> int | None:
     return int(value) if isinstance(value, int) else None
 
 
-def _recorded_outcome(info: RunInfo, task_dir: Path) -> tuple[str, dict[str, Any] | None, str, Any] | None:
+def _recorded_outcome(info: RecordedRun, task_dir: Path) -> tuple[str, dict[str, Any] | None, str, Any] | None:
     """(state, result, error, failed rank) from result.json / failure.json / run.json, where a submitter
     wrote them."""
     result = read_optional(task_dir / RESULT_FILE)
@@ -156,7 +156,7 @@ def _recorded_outcome(info: RunInfo, task_dir: Path) -> tuple[str, dict[str, Any
     return None
 
 
-def task_states(info: RunInfo, use_scheduler: bool = True) -> list[TaskState]:
+def task_states(info: RecordedRun, use_scheduler: bool = True) -> list[TaskState]:
     """The state of every task of the run (one for a single run)."""
     task_jobs = info.task_jobs
     current = [ids[-1] if ids else "" for ids in task_jobs]
@@ -196,7 +196,7 @@ def _from_scheduler(ts: TaskState, record: SchedulerRecord, waiting: SchedulerRe
         ts.reason, ts.expected_start = waiting.reason, waiting.start
 
 
-def _from_folder(ts: TaskState, info: RunInfo, job_id: str, outcomes: dict[int, tuple[str, Any]],
+def _from_folder(ts: TaskState, info: RecordedRun, job_id: str, outcomes: dict[int, tuple[str, Any]],
                  failure: tuple[int, str] | None) -> tuple[int, str] | None:
     """The state of a task the scheduler does not know (any more); returns the failure that stands."""
     ts.source = "run folder"
@@ -221,7 +221,7 @@ def _from_folder(ts: TaskState, info: RunInfo, job_id: str, outcomes: dict[int, 
     return failure
 
 
-def _one_task(info: RunInfo, task: int, job_id: str, history: list[str],
+def _one_task(info: RecordedRun, task: int, job_id: str, history: list[str],
               sacct: dict[str, SchedulerRecord] | None, squeue: dict[str, SchedulerRecord] | None,
               overrides: dict[str, Any]) -> TaskState:
     ts = TaskState(task, job_id, "unknown", overrides=overrides, task_dir=info.task_dir(task),

@@ -13,7 +13,7 @@ from typing import Any, Literal, Optional, get_args
 
 from trainer.config import files, lookup, project, values
 from trainer.config.schema import ConfigError, build, require
-from trainer.config.trackers import TrackerConfig
+from trainer.config.trackers import TrackerConfig, merged
 
 # Bounds on counts and sizes: beyond them torch (32-bit sizes in kernels), memory or the OS fail
 # later, after queueing; refusing them here keeps the failure at submission time.
@@ -224,6 +224,22 @@ def data_folder(job: JobConfig, default: str) -> str:
     `data_dir`, or `python -m trainer --data-dir`). The one rule, for the submitter's checks, the
     run's settings and the built-in recipe alike."""
     return job.data_dir or default
+
+
+def task_places(job: JobConfig, data_dir: str, tracker: TrackerConfig | None, runs_dir: str,
+                here: bool = True) -> tuple[str, TrackerConfig]:
+    """What a profile decides for one task of `job`, by the one rules: its data folder (`data_folder`,
+    the profile's `data_dir` the default) and its trackers (trackers.merged over the profile's), MLflow's
+    store by default next to the run folders (`runs_dir`: every run there in one store, readable offline
+    with `mlflow ui`). `here`: the paths are this machine's (made absolute); else the cluster side's
+    over SSH, kept as written (they mean nothing here)."""
+    folder, trackers = data_folder(job, data_dir), merged(job.tracker, tracker, job.tensorboard)
+    if here:
+        folder = str(Path(folder).expanduser().resolve())
+    if trackers.mlflow and not trackers.mlflow.uri:  # (the runs folder resolved only for it: a dry run's cost)
+        runs = str(Path(runs_dir).expanduser().resolve()) if here else runs_dir
+        trackers.mlflow.uri = Path(runs, "mlruns").as_uri() if runs.startswith("/") else f"file:{runs}/mlruns"
+    return folder, trackers
 
 
 # A job file: found in ./jobs, the user folder, then the shipped jobs (trainer.config.lookup), with

@@ -2,8 +2,8 @@
 
 A function rank (trainer.runners.functions) and a script rank (trainer.runners.scripts) wrap their
 metrics the same way; the launcher's task adds which interpreter and code ran (`launched`, in both
-shapes: launcher.node and launcher.torchrun); the submitter shows these keys with `--json` and leaves
-them out of the metrics line (launcher.commands.waiting). No torch here.
+shapes: launcher.node.task and launcher.node.torchrun_worker); the submitter shows these keys with
+`--json` and leaves them out of the metrics line (launcher.commands.submit). No torch here.
 """
 
 from __future__ import annotations
@@ -17,6 +17,9 @@ from trainer.distributed.environment import DistEnv
 
 # The envelope's keys that are not metrics (world_size and wall_time_s are shown with the metrics).
 PLACE_KEYS = ("run_dir", "node", "rank", "master_addr", "threads", "resumed_from", "returncode", "python", "code")
+# The key under which a `launch: torchrun` node task returns where each of its ranks ran, {rank: node}
+# (submitit keys results by SLURM task, a node there): the submitter lists every rank's node from it.
+RANK_NODES = "rank_nodes"
 
 
 def envelope(metrics: dict[str, Any], env: DistEnv, run_dir: str, threads: int, started: float,

@@ -28,7 +28,7 @@ from trainer.distributed.environment import DistEnv
 from trainer.rank import rundir, timing
 from trainer.rank.context import Context, previous_attempts
 from trainer.rank.stopping import StopHook, StopRequested, StopSignals
-from trainer.rank.trackers import RunInfo, Trackers
+from trainer.rank.trackers import TrackedRun, Trackers
 from trainer.runners import entrypoints, failures, pickled
 from trainer.runners.envelope import envelope
 
@@ -122,7 +122,7 @@ def closed_on_error(trackers: Trackers | None) -> Iterator[None]:
         raise
 
 
-def tracker_info(job: JobConfig, settings: RunSettings, env: DistEnv, attempt: int) -> RunInfo:
+def tracker_info(job: JobConfig, settings: RunSettings, env: DistEnv, attempt: int) -> TrackedRun:
     """What the trackers record of this run: your `config:` (an entrypoint's) or the recipe's job keys."""
     params = dict(job.config) if job.entrypoint or job.function else \
         {k: v for k, v in asdict(job).items() if k not in ("config", "args", "extra", "code_dir", "tracker")}
@@ -132,7 +132,7 @@ def tracker_info(job: JobConfig, settings: RunSettings, env: DistEnv, attempt: i
     except (OSError, ValueError, AttributeError):
         commit = ""
     # An array task by the id run.json, `status` and sacct name it with (`7_2`), not its own SLURM_JOB_ID.
-    return RunInfo(job.name, params, attempt, env.scheduler_job_id, settings.profile, settings.sweep, settings.task,
+    return TrackedRun(job.name, params, attempt, env.scheduler_job_id, settings.profile, settings.sweep, settings.task,
                    tuple(settings.swept), commit)
 
 

@@ -1,5 +1,6 @@
 """The `launch: torchrun` shape on the node: one SLURM task per node runs torchrun, whose processes
-are the ranks (`python -m launcher.torchrun SPEC` each: the same dispatcher as the tasks shape).
+are the ranks (`python -m launcher.node.torchrun_worker SPEC` each: the same dispatcher as the tasks
+shape); this module is that node task (`TorchrunTask`) and the probe in this shape (`TorchrunProbe`).
 
 How the guarantees hold here:
 - Ranks and rendezvous: torchrun's variables (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT,
@@ -10,9 +11,9 @@ How the guarantees hold here:
 - Stops: the stop signal is ignored by the agent (an ignored disposition survives exec, so the agent
   is not killed by USR2) and caught by the workers, which stop together at a step boundary; rank 0
   checkpoints and leaves a note; node task 0 then asks submitit to requeue (its countdown, its
-  `scontrol requeue`), as `launcher.node.SubmititRequeue` does in the tasks shape. A signal that comes
+  `scontrol requeue`), as `launcher.node.task.SubmititRequeue` does in the tasks shape. A signal that comes
   before the workers catch it (torchrun and torch take seconds, more on a loaded node; SLURM sends
-  the time-limit signal once) is caught by this process, which leaves a flag (`layout.stop_flag`); each
+  the time-limit signal once) is caught by this process, which leaves a flag (`rank_notes.stop_flag`); each
   worker reads it once its handlers are in and stops as if signalled.
 - Per-rank logs: each worker appends its stdout/stderr to submitit's file of its rank
   (`JOB_RANK_log.out/err`), so `logs --rank R` reads rank R (ranks below the node count share
@@ -28,19 +29,20 @@ import pickle
 import signal
 import subprocess
 import sys
-import traceback
 from pathlib import Path
 from typing import Any
 
 from submitit.helpers import Checkpointable
 
 from launcher import submitit_private
-from launcher.cluster.slurm import torchrun as torchrun_cmd
-from launcher.rundir import layout
-from launcher.rundir.outcomes import RANK_NODES, rank_failures, rank_notes, root_cause_first
+from launcher.cluster.failures import root_cause_first
+from launcher.cluster.rank_notes import notes_dir, probe_note, rank_failures, rank_note, rank_notes, stop_flag
+from launcher.node import torchrun_command
+from launcher.node.task import SubmititRequeue, drop_stale_result, exit_after_stop, private_and_coreless
 from trainer.config.job import JobConfig, RunSettings
 from trainer.distributed import environment
 from trainer.rank.stopping import REQUEUE, StopRequested
+from trainer.runners.envelope import RANK_NODES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,7 +67,7 @@ class _NodeTask:
 
     @property
     def results(self) -> Path:
-        found = layout.torchrun_notes(self.folder)
+        found = notes_dir(self.folder)
         found.mkdir(exist_ok=True)
         return found
 
@@ -75,8 +77,8 @@ class _NodeTask:
         with open(path, "wb") as out:
             pickle.dump({**spec, "results": str(self.results), "folder": self.folder, "node": self.node_id,
                          "job_id": self.submitit_job_id}, out)
-        cmd = torchrun_cmd.command(sys.executable, len(self.nodes), nproc, self.nodes[0],
-                                   environment.port_for_job(self.job_id), self.job_id, str(path), self.node_id == 0)
+        cmd = torchrun_command.command(sys.executable, len(self.nodes), nproc, self.nodes[0],
+                                       environment.port_for_job(self.job_id), self.job_id, str(path), self.node_id == 0)
         print(f"[torchrun] node {self.node_id} ({self.nodes[self.node_id]}): {' '.join(cmd)}", flush=True)
         return cmd
 
@@ -84,18 +86,16 @@ class _NodeTask:
 class TorchrunProbe:
     """`submit.py probe` in this shape: the node's torchrun starts its `nproc` workers as for training
     (the same worker, torchrun's own LOCAL_RANK and the node task's GPUs), and each reports with
-    `launcher.node.probe_task`, the tasks shape's probe. Returns this node's ranks' reports."""
+    `launcher.node.placement.probe_task`, the tasks shape's probe. Returns this node's ranks' reports."""
 
     def __init__(self, nproc: int) -> None:
         self.nproc = nproc
 
     def __call__(self) -> list[dict[str, Any]]:
-        from launcher.node import private_and_coreless
-
         private_and_coreless()
         here = _NodeTask.here()
         code = subprocess.run(here.command(self.nproc, {"probe": True}), check=False).returncode
-        mine = sorted(here.results.glob(layout.probe_note(here.results, here.node_id, "*").name))
+        mine = sorted(here.results.glob(probe_note(here.results, here.node_id, "*").name))
         if code != 0 or len(mine) != self.nproc:
             raise RuntimeError(f"torchrun on node {here.nodes[here.node_id]} exited with status {code} and "
                                f"{len(mine)} of {self.nproc} ranks reported (see the job's logs)")
@@ -104,11 +104,12 @@ class TorchrunProbe:
 
 class RankFailed(RuntimeError):
     """A rank under this node's torchrun failed (the job's log says which; the submitter reads the
-    rank from the ranks' own notes, launcher.rundir.outcomes.rank_notes, not from this text)."""
+    rank from the ranks' own notes, launcher.cluster.rank_notes, not from this text)."""
 
 
 def _stop_of(note: dict[str, Any]) -> StopRequested | None:
-    """The stop a rank's note records (`worker`), as the rank raised it; None: it did not stop."""
+    """The stop a rank's note records (launcher.node.torchrun_worker), as the rank raised it; None: it
+    did not stop."""
     stop = note.get("stop")
     if not isinstance(stop, dict):
         return None
@@ -123,15 +124,13 @@ class TorchrunTask(Checkpointable):
         self.run_root = run_root or settings.run_dir
 
     def __call__(self) -> dict[str, Any]:
-        from launcher.node import SubmititRequeue, drop_stale_result, exit_after_stop, private_and_coreless
-
         private_and_coreless()
         drop_stale_result()
         here = _NodeTask.here()
         node_id, nodes, results = here.node_id, here.nodes, here.results
         if node_id == 0:
             # An earlier attempt's notes (a requeue reuses the folder).
-            for old in results.glob(layout.rank_note(results, "*").name):
+            for old in results.glob(rank_note(results, "*").name):
                 old.unlink(missing_ok=True)
         requeue = SubmititRequeue.current()
         cmd = here.command(self.nproc, {
@@ -139,7 +138,7 @@ class TorchrunTask(Checkpointable):
             "clock": None if requeue is None else submitit_private.timeout_clock(requeue.handler),
             "requeues_left": None if requeue is None else submitit_private.timeout_requeues_left(requeue.handler)})
         signum = signal.Signals[f"SIG{self.settings.stop_signal}"]
-        flag = layout.stop_flag(results, node_id)
+        flag = stop_flag(results, node_id)
         flag.unlink(missing_ok=True)  # an earlier attempt's
         # This task notes the signal for the workers that have not installed their handlers yet
         # (torchrun and torch take seconds to start; SLURM sends the time-limit signal once).
@@ -164,7 +163,7 @@ class TorchrunTask(Checkpointable):
                 # submitit's own decision and action (its countdown, `scontrol requeue`), as in the tasks shape.
                 stop.info = requeue(self.settings.stop_signal)
             exit_after_stop(stop, self.settings.run_dir, self.run_root)  # ends as the tasks shape does
-        # The cause first (launcher.rundir.outcomes): peers of a dead rank fail too, on closed connections,
+        # The cause first (launcher.cluster.failures): peers of a dead rank fail too, on closed connections,
         # sometimes sooner than the dead rank has written its note (its own teardown closes those connections).
         failures, times = rank_failures(ranks)
         if failures:
@@ -173,65 +172,3 @@ class TorchrunTask(Checkpointable):
         raise RuntimeError(f"torchrun on node {nodes[node_id]} exited with status {code} (a rank on another node "
                            f"failed, or one was killed: see `logs --rank`)")
 
-
-def worker(spec_path: str) -> int:
-    """One rank under torchrun: its logs, the stop protocol, the job, its note for the node's task."""
-    import time
-
-    from submitit.core.utils import JobPaths
-
-    from launcher.node import TrainTask, private_and_coreless, reason_and_countdown
-    from trainer.rank.stopping import StopSignals
-    from trainer.runners import dispatch, envelope
-
-    private_and_coreless()
-    with open(spec_path, "rb") as f:
-        spec = pickle.load(f)
-    env = environment.resolve(os.environ)  # torchrun's RANK, LOCAL_RANK, ...
-    log = JobPaths(spec["folder"], job_id=spec["job_id"], task_id=env.rank)
-    for fd, path in ((1, log.stdout), (2, log.stderr)):
-        out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        os.dup2(out, fd)
-        os.close(out)
-    notes, node = Path(spec["results"]), int(spec["node"])  # this node's index among the job's (its task's)
-    if spec.get("probe"):  # `submit.py probe`: report, do not train (TorchrunProbe)
-        from launcher.node import probe_task
-
-        layout.probe_note(notes, node, env.rank).write_text(json.dumps(probe_task()))
-        return 0
-    settings: RunSettings = spec["settings"]
-    stops = StopSignals(settings.stop_signal)
-    stops.install()
-    if layout.stop_flag(notes, node).exists():
-        stops.raise_requeue_signal()  # it came while this process still ignored it
-    note = layout.rank_note(notes, env.rank)
-    TrainTask(spec["job"], settings).announce(settings)  # the attempt's banner in this rank's log
-
-    def wants_requeue(name: str) -> dict[str, Any]:  # rank 0: node task 0 asks submitit (module doc)
-        # The decision as node task 0 will take it (submitit's rule, its clock and countdown), for the
-        # "stopped" event and every rank's end: a requeue submitit will refuse is not logged as one.
-        timed_out = spec["clock"] is not None and submitit_private.has_timed_out(spec["clock"])
-        decision = reason_and_countdown(timed_out, spec.get("requeues_left"))
-        if decision["timeout_requeues_left"] is not None and decision["timeout_requeues_left"] < 0:
-            return {"requeued": False, "message": "timed-out too many times", **decision}
-        return {"requeued": True, "exit_code": 3, **decision}
-
-    try:
-        result = dispatch.run_job(spec["job"], settings, on_stop=wants_requeue, stops=stops)
-    except StopRequested as stop:
-        note.write_text(json.dumps({"stop": {"step": stop.step, "signal": stop.signal_name, "kind": stop.kind,
-                                             "info": stop.info}}, default=str))
-        return 3
-    except BaseException as err:
-        note.write_text(json.dumps({"error": f"{type(err).__name__}: {err}", "time": time.time(),
-                                    "traceback": traceback.format_exc()}))
-        raise
-    finally:
-        stops.restore()
-    note.write_text(json.dumps({"result": envelope.launched(result), "node": node, "local_rank": env.local_rank},
-                               default=str))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(worker(sys.argv[1]))

@@ -1,5 +1,6 @@
 """The one typed, bounded reading of a run folder's records (run.json, tasks.json, result.json,
-failure.json, and remote.json for a run submitted over SSH).
+failure.json; remote.json, the local record of a run submitted over SSH, has its own reader in
+launcher.remote.record).
 
 A record is written by the submitter or a rank, but read back later by `status`, `logs`, `cancel`,
 `list`, `--resume` and `--after`, possibly after an edit, a crash mid-write on an old version, or
@@ -116,11 +117,6 @@ RESULT = {key: optional(number) for key in ("test_accuracy", "test_loss", "train
 RESULT.update({"state": text, "job_id": job_id, "task": optional(integer(0, MAX_SWEEP_TASKS - 1)), "overrides": optional(mapping())})
 FAILURE = {"rank": optional(integer(0, 2**31 - 1)), "error": optional(text)}
 
-# remote.json: the local record of a run submitted over SSH (launcher.commands.remote_runs), which `list`,
-# `status`, `logs`, `watch`, `cancel`, `--resume` and `--after` read; its texts reach an ssh command line.
-REMOTE = {key: text for key in ("name", "profile", "login", "remote_dir", "remote_run_dir", "code", "python", "job",
-                                "project")}
-REMOTE.update({"job_ids": optional(list_of(job_id, MAX_SWEEP_TASKS * 4)), "tasks": _TASKS, "created": number})
 
 
 def run_record(path: Path, record: dict[str, Any]) -> dict[str, Any]:

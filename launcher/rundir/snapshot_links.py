@@ -8,14 +8,11 @@ source is unchanged since the newest snapshot of the same folder in the same run
 from that snapshot; every other file is copied, as is everything when the link fails (another
 file system, the previous run deleted).
 
-"Unchanged" is git's rule for its index, and the one rule of this tool (the SSH sync's remembered
-content hashes use it too, launcher.commands.remote_sync): the source's size, mtime, ctime and inode
-are those recorded when it was read (`source_stat`, `unchanged`), and its mtime and ctime were older
-than that reading by more than `RACY_S` (`settled`), so an edit in the same clock tick as the reading
-(on a file system that keeps whole seconds, or two) is never taken for the content read. The previous
-copy must still have the size, mtime and inode recorded when it was made (checked on the new link as
-the manifest is written): a copy written to anyway (as root, or after a chmod) is copied afresh, not
-spread to the new run.
+"Unchanged" is the tool's one rule (launcher.filestamp, which the SSH sync's remembered content
+hashes use too): a source's stamp is the one recorded when it was copied, and it had settled by then.
+The previous copy must still have the size, mtime and inode recorded when it was made (checked on the
+new link as the manifest is written): a copy written to anyway (as root, or after a chmod) is copied
+afresh, not spread to the new run.
 """
 
 from __future__ import annotations
@@ -27,29 +24,13 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from launcher.filestamp import Entry, settled, source_stat, unchanged
 from launcher.rundir.layout import NOTE_FILE, PROJECT_DIR, SNAPSHOT_DIR
 
 LOOK = 50  # run folders looked at, newest first, for a snapshot of the same folder
-MANIFEST = "SNAPSHOT.{}-files.json"  # in RUN/code, per tree ("code", "project"): {"at": ..., "files": {name: [...]}}
-RACY_S = 2.0
-# Per file: the source's size, mtime_ns, ctime_ns, inode at copy time, then the copy's size, mtime_ns, inode.
-Entry = list[int]
-
-
-def source_stat(st: os.stat_result) -> Entry:
-    """A file's stamp: size, mtime_ns, ctime_ns, inode (what `unchanged` compares)."""
-    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
-
-
-def unchanged(recorded: Entry, now: Entry) -> bool:
-    """The file stamped `now` is the one stamped `recorded`, with its content then (when `settled`)."""
-    return recorded[:4] == now[:4]
-
-
-def settled(stamp: Entry, at: float) -> bool:
-    """Whether the file stamped `stamp` had stopped changing more than RACY_S before `at` (a time.time()
-    at which its content was read): else an edit within the clock's granularity could keep its stamp."""
-    return max(stamp[1], stamp[2]) < int((at - RACY_S) * 1e9)
+# In RUN/code, per tree ("code", "project"): {"at": ..., "files": {name: [...]}}, per file the source's
+# stamp at copy time (filestamp.source_stat), then the copy's size, mtime_ns, inode.
+MANIFEST = "SNAPSHOT.{}-files.json"
 
 
 def copy_stat(st: os.stat_result) -> Entry:
