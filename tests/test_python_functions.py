@@ -6,6 +6,7 @@ debug profile's run in the caller's own process, where `breakpoint()` in the fun
 from __future__ import annotations
 
 import functools
+import json
 import os
 import subprocess
 import sys
@@ -169,3 +170,28 @@ def test_a_debug_profile_runs_the_function_here_where_breakpoint_stops(tmp_path:
     assert "result 7 state completed" in done.stdout  # what was changed at the prompt is what it returned
     # The job and the pickle went through pipes: nothing is left in the temp folder (torch's own caches aside).
     assert [p.name for p in (tmp_path / "tmp").iterdir() if not p.name.startswith("torchinductor_")] == []
+
+
+def test_a_pickled_function_travels_inside_the_submission_shipped_over_ssh(tmp_path: Path) -> None:
+    """Plan once (launcher.request.wire): the pickle's bytes go inside the submission's JSON and come back
+    the same bytes; text there that is not base64 is one error naming the key, as any other field."""
+    from launcher.config.profile import Profile
+    from launcher.config.resolve import point
+    from launcher.request import wire
+    from launcher.request.submission import build
+    from trainer.config.job import JobConfig
+    from trainer.config.schema import ConfigError
+
+    blob = bytes(range(256)) * 3  # every byte value, none of it text
+    profile = Profile(runs_dir=str(tmp_path / "runs"))
+    job = JobConfig(name="fn", function="__main__:train", project_root=str(tmp_path))
+    sub = build(profile, [point(profile, 0, job)], tmp_path / "runs" / "r", False, function=blob)
+    text = wire.dumps(sub, ["--job", "-"], "profile 'local'")
+    back, argv, source = wire.loads(text, "sub.json")
+    assert back.function == blob and back.tasks[0].job.function == "__main__:train" and argv == ["--job", "-"]
+    assert wire.loads(wire.dumps(build(profile, [point(profile, 0, job)], tmp_path / "r", False), [], ""),
+                      "sub.json")[0].function is None
+    data = json.loads(text)
+    data["submission"]["function"] = "not base64!"
+    with pytest.raises(ConfigError, match=r"sub.json: key 'submission.function' has invalid value .*base64 text"):
+        wire.loads(json.dumps(data), "sub.json")

@@ -133,7 +133,8 @@ def main(argv: list[str] | None = None) -> int:
 def over_ssh(parser: argparse.ArgumentParser, command: str, words: list[str], args: argparse.Namespace) -> int | None:
     """A command on one run recorded here by a submission over SSH, run on the cluster side; None: not one.
     The run is the parser's `run` (RUN) or `resume` (--resume RUN); RUN is replaced there by the run
-    folder there, and this machine's --profile and --runs-dir dropped (the cluster side has neither)."""
+    folder there, and this machine's --profile, --runs-dir and --events dropped (the cluster side has none
+    of them; how a relayed --resume ended is told here, from its exit status)."""
     dest = "run" if command else "resume"
     word = getattr(args, dest, None)
     if word is None:
@@ -146,9 +147,16 @@ def over_ssh(parser: argparse.ArgumentParser, command: str, words: list[str], ar
     assert run is not None
     from launcher.remote.relay import relay
 
-    rest = _replaced(parser, words, dest, run.remote_run_dir, dropped=("profile", "runs_dir"))
+    rest = _replaced(parser, words, dest, run.remote_run_dir, dropped=("profile", "runs_dir", "events"))
     tty = command == "watch" and sys.stdin.isatty() and sys.stdout.isatty()  # it redraws there, and reads `q`
-    return relay(folder, run, [*([command] if command else []), *rest], tty)
+    code = relay(folder, run, [*([command] if command else []), *rest], tty)
+    if not command:  # --resume: how it ended, as data (its own lines went to this terminal)
+        if code == 0:
+            channel.tell("result", payload={"run_dir": str(folder)})
+        else:
+            channel.tell("refused" if code == EXIT_BAD_INPUT else "failed", details="",
+                         error=f"the cluster side's --resume of {folder} ended with exit status {code}")
+    return code
 
 
 def _replaced(parser: argparse.ArgumentParser, words: list[str], dest: str, value: str,

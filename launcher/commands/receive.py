@@ -9,12 +9,14 @@ libraries, the runs folder, a function handed over from Python by value, carried
 launcher.config.pickled, and the live cluster's limits: the plan's SLURM preflight), and sends exactly
 that object on the one path of every submission (launcher.commands.submit.execute), in the synced copy
 of the directory it was submitted from; the run folder it makes holds that function (0600), as a local
-submission's does. Its last line is the JSON the laptop reads.
+submission's does. Its last line is the JSON the laptop reads: the result, or what was refused
+(`{"refused": {"error": ..., "details": ...}}`; the error line goes to standard error as everywhere).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from pathlib import Path
 
@@ -32,7 +34,16 @@ def receive_parser() -> ArgumentParser:
 
 
 def receive(args: argparse.Namespace) -> int:
-    path = Path(args.submission)
+    try:
+        return received(Path(args.submission))
+    except ConfigError as err:  # as data for the laptop (launcher.request.over_ssh); main prints the error line
+        said = {"error": str(err), "details": str(getattr(err, "details", "") or "")}
+        print(json.dumps({"refused": said}), flush=True)
+        raise
+
+
+def received(path: Path) -> int:
+    """The submission at `path` checked here, then sent."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:

@@ -7,6 +7,9 @@
     {"event": "failed", "error": "..."}                                       it could not be sent whole (exit 1)
     {"event": "result", "payload": {...}}                                     what `--json` prints last
 
+Over SSH (launcher.request.over_ssh) the laptop tells the same events: `run_dir` is the local record
+(with `remote_run_dir`, the run folder there), `queued` and `result` come from the cluster side's last
+line, and so does `refused` when the cluster side refuses (its error, as data: launcher.commands.receive).
 The human output is unchanged beside it, so the caller never parses words meant for people. Without
 `--events` every call here does nothing.
 """

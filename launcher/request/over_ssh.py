@@ -133,11 +133,12 @@ class SshPlan:
             channel.tell("queued", run_dir=str(local), job_ids=kept.job_ids)
         if code == EXIT_BAD_INPUT and not kept.job_ids:
             shutil.rmtree(local, ignore_errors=True)  # refused there (its error line said why): nothing queued
-        elif code == 0:
-            self.say(f"from here: {Path(sys.argv[0]).name} status {local}")
-        if as_json and last.startswith("{"):  # the last line, as --json promises
-            self.say(last)
-        return code
+            # What it refused, as data (receive's last line), for a program that started this one.
+            said = result.get("refused") if isinstance(result.get("refused"), dict) else {}
+            channel.tell("refused", error=str(said.get("error") or f"login {self.profile.login}: the cluster side "
+                                              f"refused the submission (exit {code})"),
+                         details=str(said.get("details") or ""))
+            return code
         if code == 0:
             self.say(f"from here: {Path(sys.argv[0]).name} status {local}")
         if last.startswith("{"):  # the last line, as --json promises (and as data, to a program that started this one)
