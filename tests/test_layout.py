@@ -29,6 +29,8 @@ ALLOWED: dict[str, set[str]] = {
                           "trainer.config", "trainer.distributed", "trainer.rank", "trainer.runners"},
     "launcher.node": {"launcher.submitit_private", "trainer.config", "trainer.distributed", "trainer.rank",
                       "trainer.runners"},
+    "launcher.heal": {"launcher.rundir", "launcher.cluster", "trainer.config", "trainer.distributed",
+                      "trainer.rank"},  # the batch script's retry step (`python -m launcher.heal`)
     "launcher.submitit_private": set(),
     "launcher.envcheck": set(),  # runs in the nodes' bare interpreter: the standard library only
     "launcher.rundir": {"launcher.cluster", "launcher.config", "trainer.config", "trainer.rank"},

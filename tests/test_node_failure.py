@@ -16,6 +16,7 @@ can share them, so nothing but this test's job is on the node it kills), and wha
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import re
@@ -30,7 +31,8 @@ import pytest
 
 from launcher.cluster.slurm.accounting import SchedulerRecord
 from launcher.devcluster import daemons, load_spec, running_pid
-from launcher.devcluster.paths import log_file
+from launcher.devcluster.paths import log_file, slurm_conf_path
+from launcher.rundir import exclusions
 from launcher.rundir.states import TaskState, _from_scheduler
 from tests.helpers import ROOT, last_json, run_submit, wait_until
 from tests.test_exact_resume import _popen_submit
@@ -116,15 +118,48 @@ def restore(node: str) -> None:
     daemons.wait_nodes_ready(spec, timeout=120)
 
 
+def node_settled(node: str, job_id: str, restarted: float) -> str:
+    """"" once SLURM has `node` back as a whole, else what it still waits for: the node's new slurmd has
+    registered (SlurmdStartTime after the restart), the node is in service with no flag left (not
+    responding, down, drained, completing), no leftover of the killed attempt is in the node's spool (the
+    step sockets and script folder are named by the job id, which the requeued attempt reuses: the new
+    slurmd removes the dead ones when it first lists its steps, and one removed while the new attempt
+    starts takes the new step's socket with it), and the job has finished completing everywhere."""
+    out = subprocess.run(["scontrol", "show", "node", "-o", node], capture_output=True, text=True,
+                         timeout=30).stdout
+    record = dict(re.findall(r"(\w+)=(\S*)", out))
+    base, *flags = record.get("State", "?").split("+")
+    if base not in ("IDLE", "MIXED", "ALLOCATED") or flags or base.endswith("*"):
+        return f"node {node} is {record.get('State', '?')}"
+    started = record.get("SlurmdStartTime", "")
+    if not started[:1].isdigit() or datetime.datetime.fromisoformat(started).timestamp() < restarted - 1:
+        return f"the new slurmd of {node} has not registered (SlurmdStartTime {started})"
+    spool = slurm_conf_path().parent / "spool" / f"slurmd-{node}"
+    left = sorted(p.name for p in spool.glob("*") if p.name.startswith(f"{node}_{job_id}.")
+                  or p.name == f"job{int(job_id):05d}")
+    if left:
+        return f"the killed attempt's {', '.join(left)} still in {spool}"
+    state = scontrol_job(job_id).get("JobState", "")
+    if state != "PENDING":
+        return f"job {job_id} is {state}"
+    return ""
+
+
 def returned_and_settled(node: str, job_id: str) -> None:
-    """`restore` the node while the requeued job is held, and let the job go once the node has answered
-    a full ping round (SlurmdTimeout / 3 = 10 s) in service: a job started in the same second as the
-    node's return was once killed 11 s in (STEP CANCELLED on the returned node, in CI under load),
-    while the node's first registrations were still arriving. A real node is back after minutes."""
+    """`restore` the node while the requeued job is held, and let the job go once SLURM has the node back as
+    a whole (`node_settled`). Released at a fixed delay instead, the job was once killed on the returned
+    node 11 s in, and with 12 s of delay 8 s in: a start that overlaps the node's return."""
     subprocess.run(["scontrol", "hold", job_id], check=True, timeout=30)
     try:
+        restarted = time.time()
         restore(node)
-        time.sleep(12)
+        seen: list[str] = []  # what it waited for, in order (shown with the test's output)
+        deadline = time.monotonic() + 120
+        while why := node_settled(node, job_id, restarted):
+            seen += [why] if not seen or seen[-1] != why else []
+            assert time.monotonic() < deadline, f"node {node} not back as a whole after 120 s: {seen}"
+            time.sleep(0.5)
+        print(f"node {node} settled {time.time() - restarted:.1f} s after its slurmd was restarted; waited for {seen}")
     finally:
         subprocess.run(["scontrol", "release", job_id], check=True, timeout=30)
 
@@ -204,6 +239,11 @@ def test_a_node_lost_mid_run_is_requeued_by_slurm_and_the_run_resumes_from_its_c
     assert proc.returncode == 0, out + err[-3000:] + slurm_story(job_id, nodes, since)
     result = last_json(out)
     assert result["state"] == "COMPLETED" and result["restarts"] == 1, result
+    # The next attempt's retry step read SLURM's NODE_FAIL and blamed the lost node; the job names it in
+    # its nodelist, so it is not left out, and the run's list says why.
+    assert result["restart_causes"] == {"node-failure": 1}, result
+    (entry,) = exclusions.read(run_dir)
+    assert entry["node"] == lost and not entry["excluded"] and "sbatch_extra.nodelist" in entry["why_not"], entry
     assert result["epochs"] == 20
     started = events_of(run_dir, "started")
     assert len(started) == 2 and {e["job_id"] for e in started} == {job_id}

@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 from launcher.cluster.said import last_line
-from launcher.cluster.slurm import limits
+from launcher.cluster.slurm import limits, sbatch
 from launcher.commands.console import EXIT_FAILED, EXIT_OK, ArgumentParser
 from launcher.config.resolve import load_profile, parse_overrides, resolve
 from launcher.request import send
@@ -59,6 +59,9 @@ def main(argv: list[str]) -> int:
     modules = job_modules(args.job) if args.job else []
     run_dir = layout.new_run_dir(Path(profile.runs_dir), "probe", profile.name)
     sub = build(profile, [Point(0, JobConfig(name=f"probe-{profile.name}"))], run_dir, is_sweep=False)
+    if sub.request is not None:  # a probe trains nothing: no retry step around its srun
+        request = dataclasses.replace(sub.request, run_dir="")
+        sub = dataclasses.replace(sub, request=request, parameters=sbatch.parameters(request))
     if sub.request is not None:
         limits.check(sub.request, profile.max_array_size, source)
     reports_dir = run_dir / "environment"

@@ -23,7 +23,7 @@ from launcher.commands import relay as relay_settings
 from launcher.commands.console import EXIT_FAILED, EXIT_OK, emit, overrides_text, relative
 from launcher.commands.relay import for_local_run as relay_logs
 from launcher.request.submission import Submission
-from launcher.rundir import layout, plots, record, restarts, results
+from launcher.rundir import failures, layout, plots, record, restarts, results, retries
 from launcher.rundir.outcomes import RANK_NODES, Failure, error_text, failed_rank, root_cause_first
 from launcher.rundir.states import ACTIVE, task_states
 from trainer.runners.envelope import PLACE_KEYS
@@ -96,12 +96,22 @@ def backoff(first: float, most: float) -> Iterator[float]:
         delay = min(most, delay * 1.5)
 
 
-def wait(job: Any, poll_s: float = 1.0, force_every_s: float = 5.0, grace_s: float = 3.0) -> Outcome:
+def _settled(tasks: list[Any], retries: bool) -> bool:
+    """Every rank left a result file and, where a failed attempt may come back by itself (`retries`:
+    launcher.heal requeues it), none is an error: the scheduler says when those are the end."""
+    if not all(Path(t.paths.result_pickle).exists() for t in tasks):
+        return False
+    return not retries or all(failures.succeeded(Path(t.paths.result_pickle)) for t in tasks)
+
+
+def wait(job: Any, poll_s: float = 1.0, force_every_s: float = 5.0, grace_s: float = 3.0,
+         retries: bool = False) -> Outcome:
     """Wait for every task of a submitit job; rank 0's result, with all ranks' node names.
 
-    Ends as soon as every rank left a result file, or the scheduler says the job ended (asked every
-    `force_every_s`, not on submitit's backoff of up to 10 minutes); ranks with no result then get
-    `grace_s` for their file to appear before they are reported from srun's lines and their log.
+    Ends as soon as every rank left a result file (`retries`: a successful one), or the scheduler says
+    the job ended (asked every `force_every_s`, not on submitit's backoff of up to 10 minutes); ranks with
+    no result then get `grace_s` for their file to appear before they are reported from srun's lines and
+    their log.
     """
     num_tasks = getattr(job, "num_tasks", 1)
     tasks = [job] if num_tasks <= 1 else [job.task(k) for k in range(num_tasks)]
@@ -110,7 +120,7 @@ def wait(job: Any, poll_s: float = 1.0, force_every_s: float = 5.0, grace_s: flo
     if _is_scheduled(job):
         last_force = 0.0
         delays = backoff(0.05, poll_s)
-        while not all(Path(t.paths.result_pickle).exists() for t in tasks):
+        while not _settled(tasks, retries):
             if failfast is not None:
                 failfast.check()
             now = time.time()
@@ -173,13 +183,15 @@ def wait_for_run(sub: Submission, job: Any, as_json: bool) -> int:
           f"run folder {relative(sub.run_dir)}", flush=True)
     relay = relay_logs(job) if sub.executor == "local" else None
     with relay or contextlib.nullcontext():
-        done = wait(job)
+        done = wait(job, retries=sub.profile.failures_allowed > 0)
     counted = restarts.read(sub.run_dir)
     job_id = str(job.job_id)
     if not done.ok:
         rank, short, text = done.failures[0]
         print(f"error: the run failed on rank {rank}: {short}", file=sys.stderr)
         print(text, file=sys.stderr)
+        for line in retries.last_words(sub.run_dir):  # where the failure came from; retried or why not
+            print(line, file=sys.stderr)
         record.update_record(sub.run_dir, state="FAILED", failed_rank=rank, error=short)
         emit("", {"run_dir": str(sub.run_dir), "job_id": job_id, "state": "FAILED", "failed_rank": rank,
                   "error": short, **counted.as_json()}, as_json)
