@@ -31,6 +31,9 @@ from tests.test_exact_resume import _popen_submit, rank_pid
 
 # Far above every bound below: a test that passes did not wait for a timeout.
 NO_TIMEOUTS = ["--set", "profile.collective_timeout_s=600", "--set", "profile.init_timeout_s=600"]
+# Fail-fast is what these measure: on SLURM, a failed attempt would otherwise come back by itself
+# (max_failures; tests/test_self_healing.py).
+NO_RETRIES = ["--set", "profile.max_failures=0"]
 FAILURE_LOGGED = re.compile(r"submitit ERROR \((\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),\d+\) - Submitted job triggered")
 
 
@@ -73,7 +76,7 @@ def sacct_end(job_id: str) -> tuple[str, float]:
 @pytest.mark.slurm
 def test_a_rank_that_raises_on_the_dev_cluster_ends_the_job_within_60_s(slurm_cluster: Path, tmp_path: Path) -> None:
     proc = run_submit(["--profile", "dev-cluster", "--wait", "--set", "job.epochs=3", "--set", "job.fail_at=30:1",
-                       "--json", *NO_TIMEOUTS], cwd=tmp_path, timeout=300)
+                       "--json", *NO_TIMEOUTS, *NO_RETRIES], cwd=tmp_path, timeout=300)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     result = last_json(proc.stdout)
     assert result["failed_rank"] == 1 and "injected failure at step 30 on rank 1" in result["error"]
@@ -87,7 +90,8 @@ def test_a_rank_that_raises_on_the_dev_cluster_ends_the_job_within_60_s(slurm_cl
 @pytest.mark.slurm
 def test_killing_a_rank_process_on_the_dev_cluster_ends_the_job_and_names_it(slurm_cluster: Path,
                                                                                tmp_path: Path) -> None:
-    proc = _popen_submit(["--profile", "dev-cluster", "--wait", "--set", "job.epochs=200", "--json", *NO_TIMEOUTS],
+    proc = _popen_submit(["--profile", "dev-cluster", "--wait", "--set", "job.epochs=200", "--json", *NO_TIMEOUTS,
+                          *NO_RETRIES],
                          tmp_path)
     try:
         run_dir = wait_until(lambda: next((tmp_path / "runs").glob("*/metrics.jsonl"), None), 180,
@@ -133,7 +137,8 @@ def test_a_rank_killed_before_the_process_group_forms_ends_the_job_through_kill_
     # Rank 1 is killed as soon as its banner appears, i.e. while it still imports torch, before it
     # joins the rendezvous: rank 0 then waits there with no connection to it, for init_timeout_s
     # (600 s). Only srun --kill-on-bad-exit ends rank 0, and so the job, within the bound.
-    proc = _popen_submit(["--profile", "dev-cluster", "--wait", "--set", "job.epochs=200", "--json", *NO_TIMEOUTS],
+    proc = _popen_submit(["--profile", "dev-cluster", "--wait", "--set", "job.epochs=200", "--json", *NO_TIMEOUTS,
+                          *NO_RETRIES],
                          tmp_path)
     run_dir = None
     try:
@@ -160,7 +165,7 @@ def test_a_rank_that_hangs_ends_the_job_after_the_collective_timeout(slurm_clust
     # Rank 1 is frozen (SIGSTOP), not dead: its connections stay open, so only rank 0's collective
     # timeout (20 s here; start-up at 600 s) ends rank 0, and srun --kill-on-bad-exit then rank 1.
     proc = _popen_submit(["--profile", "dev-cluster", "--wait", "--set", "job.epochs=200", "--json", "--set",
-                          "profile.collective_timeout_s=20", "--set", "profile.init_timeout_s=600"], tmp_path)
+                          "profile.collective_timeout_s=20", "--set", "profile.init_timeout_s=600", *NO_RETRIES], tmp_path)
     try:
         run_dir = wait_until(lambda: next((tmp_path / "runs").glob("*/metrics.jsonl"), None), 180,
                              "the first epoch").parent

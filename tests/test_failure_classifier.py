@@ -11,9 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from launcher.config.resolve import load_profile
 from launcher.heal import facts
+from launcher.request.executor import sbatch_script
+from launcher.request.submission import Point, build
 from launcher.rundir import exclusions, restarts, retries
 from launcher.rundir.failures import RankEnd, Verdict, classify, node_error_line, signature
+from trainer.config.job import JobConfig
 
 TOOL = ("/runs/r1/code",)
 
@@ -210,3 +214,20 @@ def test_the_retry_step_reads_only_this_attempts_part_of_each_log(tmp_path: Path
     assert "[heal]" not in ends[0].log and "ECC" not in ends[1].log
     verdict = classify(ends, first_dead=first)
     assert (verdict.origin, verdict.nodes) == ("node", ("cpu4",))
+
+
+def test_a_later_submission_of_the_run_asks_sbatch_to_leave_its_nodes_out(tmp_path: Path) -> None:
+    """--resume RUN (and any submission into the run's folder) excludes the run's left-out nodes, beside the
+    profile's own sbatch_extra.exclude; the retry step's lines carry the profile's max_failures and patterns."""
+    exclusions.add(tmp_path, "cpu2", "ECC")
+    exclusions.add(tmp_path, "cpu1", "Killed", pinned=("cpu1",))  # not left out: not excluded
+    profile, _ = load_profile("dev-cluster", {"sbatch_extra": {"exclude": "cpu[3-4]"}, "max_failures": 1,
+                                              "node_error_patterns": ["LustreError"]})
+    sub = build(profile, [Point(0, JobConfig(name="digits"))], tmp_path, is_sweep=False)
+    script = sbatch_script(sub)
+    assert "#SBATCH --exclude=cpu3,cpu4,cpu2" in script.splitlines()
+    (after,) = [line for line in script.splitlines() if "-m launcher.heal after" in line]
+    policy = json.loads(after.split(" after \"$srun_status\" ", 1)[1].strip("'"))
+    assert policy["max_failures"] == 1 and policy["patterns"] == ["LustreError"] and policy["run"] == str(tmp_path)
+    fresh = build(profile, [Point(0, JobConfig(name="digits"))], tmp_path / "new-run", is_sweep=False)
+    assert "--exclude=cpu3,cpu4\n" in sbatch_script(fresh) + "\n"  # a new run: only the profile's own

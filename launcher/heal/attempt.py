@@ -129,7 +129,8 @@ def after(status: int, policy: dict[str, Any], environ: Mapping[str, str]) -> in
     if state and state != "RUNNING":
         return status  # the scheduler is ending the job itself (scancel, time limit, requeue)
     ends, first = facts.rank_ends(here.root, here.job, environ, marks)
-    tool = (str(CODE_ROOT), str(Path(here.run_root) / "code"))
+    tool = tuple(str(root / package) for root in (CODE_ROOT, Path(here.run_root) / "code")
+                 for package in ("trainer", "launcher"))  # this tool's frames are not the user's
     verdict = failures.classify(ends, policy.get("patterns") or [], tool_code=tool, first_dead=first)
     started = float(marks.get("time") or 0)
     earlier = [e for e in log if e["event"] == "started" and e not in mine]

@@ -89,7 +89,7 @@ def classify(ranks: list[RankEnd], patterns: list[str] | tuple[str, ...] = (),
         return Verdict("node", None, f"SLURM lost node(s) {', '.join(node_fail)} (NODE_FAIL)", tuple(node_fail),
                        evidence="NODE_FAIL")
     failed = [r for r in ranks if r.failed]
-    hardware = [(r, line) for r in failed if (line := node_error_line(f"{r.error}\n{r.log}", patterns))]
+    hardware = [(r, line) for r in failed if (line := _hardware_line(r, patterns))]
     blamed = tuple(dict.fromkeys(r.node for r, _ in hardware if r.node))
     if blamed:
         first, line = hardware[0]
@@ -118,6 +118,14 @@ def node_error_line(text: str, patterns: list[str] | tuple[str, ...] = ()) -> st
     start = text.rfind("\n", 0, found.start()) + 1
     end = text.find("\n", found.end())
     return text[start:end if end >= 0 else len(text)].strip()[:300]
+
+
+def _hardware_line(rank: RankEnd, patterns: list[str] | tuple[str, ...]) -> str:
+    """The rank's line that blames its node: its exception's, else its log's (the driver's own line),
+    else any line of its traceback."""
+    exception = last_line(_last_traceback(rank.error)) if rank.error else ""
+    return (node_error_line(exception, patterns) or node_error_line(rank.log, patterns)
+            or node_error_line(rank.error, patterns))
 
 
 def signature(traceback_text: str, tool_code: tuple[str, ...] = ()) -> str:
