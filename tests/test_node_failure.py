@@ -16,6 +16,7 @@ can share them, so nothing but this test's job is on the node it kills), and wha
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import os
@@ -108,23 +109,31 @@ def kill_node(job_id: str, node: str) -> list[int]:
 
 
 def restore(node: str) -> None:
-    """The node back in service: its slurmd restarted as `up` starts it, the node resumed if SLURM left
-    it down (wait_nodes_ready does that), every node of the cluster usable."""
+    """The node back in service: its slurmd restarted as `up` starts it, but clean (`slurmd -c`, as after a
+    reboot: the dead steps' sockets and batch script folders are removed before it registers), the node
+    resumed if SLURM left it down (wait_nodes_ready does that), every node of the cluster usable.
+
+    Without -c the dead attempt's step sockets stay in the node's spool for 10 minutes (slurmd unlinks a
+    stray socket only when it is older than that), named by the job id that the requeued attempt reuses,
+    and every time slurmd lists its steps (each registration) it finds the dead batch socket and deletes
+    the job's batch script folder: seen minutes after the node was back ("Purging vestigial job script
+    .../job00112/slurm_script"), and a new attempt launched there meanwhile loses its script. A real machine
+    comes back after minutes, past that age; this one comes back in seconds."""
     spec = load_spec()
     assert spec is not None, "the dev cluster's spec is gone"
     if not running_pid(f"slurmd-{node}"):
         (wanted,) = [n for n in spec.all_nodes() if n.name == node]
-        daemons.start_daemon(daemons.slurmd_daemon(wanted))
+        started = daemons.slurmd_daemon(wanted)
+        daemons.start_daemon(dataclasses.replace(started, argv=[*started.argv, "-c"]))
     daemons.wait_nodes_ready(spec, timeout=120)
 
 
 def node_settled(node: str, job_id: str, restarted: float) -> str:
     """"" once SLURM has `node` back as a whole, else what it still waits for: the node's new slurmd has
     registered (SlurmdStartTime after the restart), the node is in service with no flag left (not
-    responding, down, drained, completing), no leftover of the killed attempt is in the node's spool (the
-    step sockets and script folder are named by the job id, which the requeued attempt reuses: the new
-    slurmd removes the dead ones when it first lists its steps, and one removed while the new attempt
-    starts takes the new step's socket with it), and the job has finished completing everywhere."""
+    responding, down, drained, completing), no leftover of the killed attempt is in the node's spool (its
+    step sockets and batch script folder, named by the job id that the requeued attempt reuses: `restore`),
+    and the job is plainly pending (its killed attempt has finished completing everywhere)."""
     out = subprocess.run(["scontrol", "show", "node", "-o", node], capture_output=True, text=True,
                          timeout=30).stdout
     record = dict(re.findall(r"(\w+)=(\S*)", out))

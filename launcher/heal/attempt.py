@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from launcher.cluster.slurm import requeue
 from launcher.cluster.slurm.accounting import query
 from launcher.cluster.slurm.env import slurm_env
+from launcher.cluster.slurm.healing import MOVED_EXIT
 from launcher.cluster.slurm.limits import fitting_nodes
 from launcher.cluster.slurm.sbatch import SlurmRequest
 from launcher.heal import facts
@@ -22,24 +22,21 @@ from trainer.config.lookup import CODE_ROOT
 from trainer.distributed import hostlist
 from trainer.rank import events
 
-MOVED = 75  # launcher.cluster.slurm.healing.MOVED_EXIT
 MOST_MOVES = 3  # requeues of one job off a left-out node (a failed ExcNodeList update must not loop)
 
 
-@dataclass
 class Here:
     """This attempt: the job, its run and task folders, and the policy the batch script carries."""
 
-    policy: dict[str, Any]
-    environ: Mapping[str, str]
-
-    def __post_init__(self) -> None:
-        self.root = Path(self.policy["run"])
-        self.job = facts.job_id(self.environ)
-        self.restart = facts.restart_count(self.environ)
+    def __init__(self, policy: dict[str, Any], environ: Mapping[str, str]) -> None:
+        self.policy, self.environ = policy, environ
+        self.root = Path(policy["run"])
+        self.job = facts.job_id(environ)
+        self.restart = facts.restart_count(environ)
         self.task_dir, self.run_root = facts.task_of(self.root, self.job)
         self.env = slurm_env()
-        self.task = int(self.environ.get("SLURM_ARRAY_TASK_ID") or 0) if self.task_dir != self.root else 0
+        name = self.task_dir.name  # a sweep's task-NNNN (its array index differs where the sweep was split)
+        self.task = int(name[5:]) if name.startswith("task-") and name[5:].isdigit() else 0
 
     def say(self, line: str) -> None:
         print(f"{OWN_PREFIX} {line}", flush=True)
@@ -68,7 +65,7 @@ class Here:
 
 def before(policy: dict[str, Any], environ: Mapping[str, str]) -> int:
     """Before srun: note where this attempt's logs start; record a node SLURM lost in the previous
-    attempt; move off a node the run leaves out (MOVED: the script ends)."""
+    attempt; move off a node the run leaves out (MOVED_EXIT: the script ends)."""
     here = Here(policy, environ)
     previous = facts.note_start(here.root, here.job, here.restart)
     if here.restart and previous:
@@ -89,7 +86,7 @@ def before(policy: dict[str, Any], environ: Mapping[str, str]) -> int:
         return 0
     events.append(here.task_dir, "moved", job_id=here.job, nodes=on, note=problem)
     here.say(f"this attempt landed on {', '.join(on)}, which the run leaves out: requeued without it")
-    return MOVED
+    return MOVED_EXIT
 
 
 def _lost_nodes(here: Here, previous: dict[str, Any]) -> None:
