@@ -15,6 +15,7 @@ import traceback
 def main(argv: list[str]) -> int:
     moment = argv[0] if argv else ""
     status = int(argv[1]) if moment == "after" and len(argv) > 2 and argv[1].lstrip("-").isdigit() else 1
+    os.umask(0o077)  # what it writes into the run folder is private, as the tasks' files are
     try:
         policy = json.loads(argv[-1])
         from launcher.heal import attempt  # (after the arguments: a usage error costs no imports)
