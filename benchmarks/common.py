@@ -6,6 +6,7 @@ Benchmarks are measurements, not tests: they print what they measured and never 
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import os
@@ -36,6 +37,15 @@ def load_note() -> str:
     load = os.getloadavg()[0]
     note = f"load average (1 min) {load:.2f} on {os.cpu_count()} CPU(s)"
     return note + ("  ** busy machine: timings are pessimistic **" if load > 0.7 else "")
+
+
+def throughput_arguments(doc: str | None, per: str) -> argparse.Namespace:
+    """A throughput benchmark's command line: `--epochs` per run (1) and `--repeat` runs per `per` (3; the
+    fastest is shown)."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--repeat", type=int, default=3, help=f"runs per {per}; the fastest is shown")
+    return parser.parse_args()
 
 
 def synthetic_cifar10(n_train: int = 50_000, n_test: int = 10_000, seed: int = 0) -> Path:

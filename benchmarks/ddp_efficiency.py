@@ -12,7 +12,6 @@ rows show the seed's 64, our cifar10 job's batch, and 512. Goal: >= 0.9.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -32,10 +31,7 @@ def images_per_rank(root: Path, job: str, ranks: int, batch: int | None, epochs:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--epochs", type=int, default=1)
-    parser.add_argument("--repeat", type=int, default=3, help="runs per figure; the fastest is shown")
-    args = parser.parse_args()
+    args = common.throughput_arguments(__doc__, "figure")
     print(common.load_note())
     root = common.synthetic_cifar10()
     from trainer.config.job import load_job

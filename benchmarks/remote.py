@@ -8,7 +8,7 @@ environment alone reaches the dev cluster), with the shared connection already o
      counted; interleaved, medians of --repeats. The jobs are held (`--begin now+1hour`) and
      cancelled: only queueing is measured. Issue's budget: at most 1 s more.
   2. syncing a 20,000-file project (benchmarks/snapshot.py's generated git repository) with
-     launcher.commands.remote_sync.sync_project: the first (cold) sync, then unchanged (the content hash
+     launcher.remote.sync (as a submission lists and syncs it): the first (cold) sync, then unchanged (the content hash
      from remembered per-file hashes and the listing's stamps, one check there; issue's budget: at most
      0.5 s), then with one file edited (a new folder, the rest copied there by --copy-dest).
 Needs root (sshd, the account) and the dev cluster up. Usage: python benchmarks/remote.py [--repeats 3]
@@ -34,8 +34,8 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.common import load_note  # noqa: E402
 from benchmarks.snapshot import make_repo  # noqa: E402
 from launcher import devcluster  # noqa: E402
-from launcher.cluster.ssh import Connection  # noqa: E402
-from launcher.commands import remote, remote_sync  # noqa: E402
+from launcher.remote import sync, transport  # noqa: E402
+from launcher.remote.connection import Connection  # noqa: E402
 from launcher.rundir import snapshot  # noqa: E402
 from tests import sshd  # noqa: E402
 
@@ -45,6 +45,11 @@ LOGIN_TIMED = ("import json,subprocess,sys,time;t=time.perf_counter();"
                "p=subprocess.run(sys.argv[1:],capture_output=True,text=True);"
                "print(json.dumps({'s':time.perf_counter()-t,'rc':p.returncode,'out':p.stdout[-400:],"
                "'err':p.stderr[-400:]}))")
+
+
+AS_FILES = ("import json,sys,yaml;s=json.load(open(sys.argv[1]+'.json'))['submission'];"
+            "open(sys.argv[1]+'-profile.yaml','w').write(yaml.safe_dump(s['profile']));"
+            "open(sys.argv[1]+'-job.yaml','w').write(yaml.safe_dump(s['tasks'][0]['job']))")
 
 
 def over_ssh(laptop: Path, env: dict[str, str]) -> tuple[float, str]:
@@ -59,8 +64,7 @@ def over_ssh(laptop: Path, env: dict[str, str]) -> tuple[float, str]:
 
 def on_login_node(server: sshd.Server, remote_dir: str, code: str, profile: str) -> tuple[float, str]:
     tool = ["env", f"PYTHONPATH={remote_dir}/code/{code}", "python3", "-m", "launcher",
-            "--profile", f"{profile}/profile.yaml",
-            "--job", f"{profile}/job.yaml", *HOLD]
+            "--profile", f"{profile}-profile.yaml", "--job", f"{profile}-job.yaml", *HOLD]
     said = server.run_remote(f"cd {remote_dir} && python3 -c {shlex.quote(LOGIN_TIMED)} {shlex.join(tool)}")
     result = json.loads(said.stdout.strip().splitlines()[-1])
     if result["rc"] != 0:
@@ -69,37 +73,33 @@ def on_login_node(server: sshd.Server, remote_dir: str, code: str, profile: str)
 
 
 def sync_unchanged(conn: Connection, repo: Path, remote_dir: str, repeats: int) -> dict[str, float]:
-    """launcher.commands.remote_sync.project_listing + sync_project as a submission calls them (the plan's
-    listing given, made fresh for each: its cost is shown apart, as the snapshot's own)."""
+    """launcher.remote.sync.listing + sync as a submission calls them (the plan's listing given, made
+    fresh for each: its cost is shown apart, as the snapshot's own)."""
     # Content the cluster side has not seen (a repository made the same way earlier would be found there).
     (repo / "NONCE").write_text(f"{time.time()}\n")
     listing = snapshot.survey(repo, [], 1000, "bench", skip=[repo / "runs"])
-    sub = SimpleNamespace(project_root=str(repo), project=listing, submit_dir=repo,
-                          profile=SimpleNamespace(runs_dir=str(repo / "runs")))
 
     def timed() -> tuple[float, int]:
         """What a submission adds for the project: its listing's address, the preflight's question
         (timed here as a round trip of its own, so pessimistic), and the sync. The plan's listing is
         made fresh each time, as every submission makes it, and not counted (its cost is shown apart)."""
-        sub.project = snapshot.survey(repo, [], 1000, "bench", skip=[repo / "runs"])
+        survey = snapshot.survey(repo, [], 1000, "bench", skip=[repo / "runs"])
         start = time.perf_counter()
-        found = remote_sync.project_listing(sub, "bench")
-        assert found is not None
+        found = sync.listing(repo, survey.files, stamps=survey.stats)
         asked = " ".join(f"test -d {f} && echo found:{f};" for f in found.folders())
         there = conn.run(f"cd {remote_dir} && {asked} true").stdout
-        synced = remote_sync.sync_project(conn, found, {w[6:] for w in there.split() if w.startswith("found:")},
-                                     remote_dir, repo)
-        return time.perf_counter() - start, synced["sent"]
+        _, sent = sync.sync(conn, found, {w[6:] for w in there.split() if w.startswith("found:")}, remote_dir)
+        return time.perf_counter() - start, sent
 
     cold, cold_sent = timed()
     unchanged = [timed() for _ in range(repeats)]
     hashes, stats = [], []
     for _ in range(repeats):  # the hash alone: as a submission runs it (the listing's stamps), and with lstat calls
         start = time.perf_counter()
-        remote_sync.project_hash(repo, listing.files, known_stamps=listing.stamps)
+        sync.project_hash(repo, listing.files, known_stamps=listing.stats)
         hashes.append(time.perf_counter() - start)
         start = time.perf_counter()
-        remote_sync.project_hash(repo, listing.files)
+        sync.project_hash(repo, listing.files)
         stats.append(time.perf_counter() - start)
     edited = repo / listing.files[len(listing.files) // 2]
     edited.write_text(edited.read_text() + "# edited\n")
@@ -134,7 +134,7 @@ def main() -> int:
             env.pop("PYTHONDONTWRITEBYTECODE", None)
             if args.sync_only:  # where the remote_dir is: the shipped preflight's answer
                 where = SimpleNamespace(python="", remote_dir="~/ddp-submit")
-                remote_dir = remote.preflight(Connection("mylab"), where)[0]  # type: ignore[arg-type]
+                remote_dir = transport.check_cluster_side(Connection("mylab"), where)[0]  # type: ignore[arg-type]
                 sync = sync_unchanged(Connection("mylab"), make_repo(work / "repo", args.files, 0.0), remote_dir,
                                       args.repeats)
                 print_sync(sync, args.repeats)
@@ -143,8 +143,10 @@ def main() -> int:
             queued.append(first)
             record = json.loads(next((laptop / "runs").glob("*/remote.json")).read_text())
             remote_dir, code = record["remote_dir"], record["code"]
-            # The login node runs the profile and job exactly as the SSH submission shipped it there.
-            profile = f"{remote_dir}/submissions/{record['name']}"  # (its profile.yaml and job.yaml)
+            # The login node runs the profile and job exactly as the SSH submission shipped them there
+            # (written as files from the submission it kept: a login node's user has files, not JSON).
+            profile = f"{remote_dir}/submissions/{record['name']}"
+            server.run_remote(f"cd {remote_dir} && python3 -c {shlex.quote(AS_FILES)} {shlex.quote(profile)}")
             ssh_s, login_s = [], []
             for _ in range(args.repeats):
                 took, job = on_login_node(server, remote_dir, code, profile)

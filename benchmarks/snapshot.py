@@ -28,7 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from launcher.rundir import links, snapshot  # noqa: E402
+from launcher import filestamp  # noqa: E402
+from launcher.rundir import snapshot  # noqa: E402
 
 JOB = 'entrypoint: "pkg000.mod000:main"\n'
 SCRIPT_JOB = "script: run.py\n"
@@ -129,7 +130,7 @@ def main() -> None:
         made = time.perf_counter()
         big = make_repo(tmp_path / "big", args.files, 1.0)
         print(f"made {args.files} files + 1 GB ignored in {time.perf_counter() - made:.1f} s")
-        time.sleep(links.RACY_S)  # as a user submits: not within the racy window of writing every file
+        time.sleep(filestamp.RACY_S)  # as a user submits: not within the racy window of writing every file
         runs = tmp_path / "runs"
         runs.mkdir()
         print(f"\n| snapshot of the {args.files}-file repository | list + check (s) | copy or link (s) | MB | "

@@ -18,7 +18,6 @@ Goal: >= 8x the seed as written.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -56,10 +55,7 @@ def best(runs: list[dict]) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--epochs", type=int, default=1)
-    parser.add_argument("--repeat", type=int, default=3, help="runs per row; the fastest is shown")
-    args = parser.parse_args()
+    args = common.throughput_arguments(__doc__, "row")
     print(common.load_note())
     root = common.synthetic_cifar10()
     rows = []

@@ -1,24 +1,25 @@
 """The blog's LeNet / CIFAR-10 training as an entrypoint on the public API (trainer.api), with exact
 resume: checkpoint and resume of model and optimizer with every rank's RNG states, a stop check at
 each step boundary (requeue on preemption or the time limit), and a sampler that resumes mid-epoch.
+The network and the CIFAR-10 reader are the built-in recipe's (trainer.recipes: the blog's LeNet,
+layer for layer), as examples/seed_cifar10.py uses them.
 
     python submit.py --job examples/lenet-entrypoint.yaml
 """
 
 from __future__ import annotations
 
-import pickle
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
-import torchvision
 import torchvision.transforms as transforms
 
 from trainer.api import Context, ResumableSampler, epoch_and_skip
+from trainer.recipes.data import cifar10_class
+from trainer.recipes.models import LeNet
 
 
 @dataclass
@@ -32,39 +33,9 @@ class LeNetConfig:
     no_md5: bool = False  # a locally made copy of CIFAR-10 (other bytes, same layout)
 
 
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(3, 6, 5)
-        self.pool = nn.MaxPool2d(2, 2)
-        self.conv2 = nn.Conv2d(6, 16, 5)
-        self.fc1 = nn.Linear(16 * 5 * 5, 120)
-        self.fc2 = nn.Linear(120, 84)
-        self.fc3 = nn.Linear(84, 10)
-
-    def forward(self, x):
-        x = self.pool(F.relu(self.conv1(x)))
-        x = self.pool(F.relu(self.conv2(x)))
-        x = torch.flatten(x, 1)
-        x = F.relu(self.fc1(x))
-        x = F.relu(self.fc2(x))
-        return self.fc3(x)
-
-
-class LocalCIFAR10(torchvision.datasets.CIFAR10):
-    def _check_integrity(self):
-        folder = Path(self.root) / self.base_folder
-        return all((folder / name).is_file() for name, _ in self.train_list + self.test_list)
-
-    def _load_meta(self):
-        with open(Path(self.root) / self.base_folder / self.meta["filename"], "rb") as infile:
-            self.classes = pickle.load(infile, encoding="latin1")[self.meta["key"]]
-        self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
-
-
 def cifar(config: LeNetConfig, ctx: Context, train: bool):
     transform = transforms.Compose([transforms.ToTensor(), transforms.Normalize((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))])
-    kind = LocalCIFAR10 if config.no_md5 else torchvision.datasets.CIFAR10
+    kind = cifar10_class(verify_checksums=not config.no_md5)
     if ctx.local_rank == 0:  # one download per node; the node's other ranks wait
         data = kind(root=config.data, train=train, download=not config.no_md5, transform=transform)
     if ctx.distributed:
@@ -76,7 +47,7 @@ def cifar(config: LeNetConfig, ctx: Context, train: bool):
 
 def train(ctx: Context, config: LeNetConfig) -> dict:
     torch.manual_seed(0)
-    net = Net().to(ctx.device)
+    net = LeNet().to(ctx.device)
     model = nn.parallel.DistributedDataParallel(net) if ctx.distributed else net
     optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum)
     trainset = cifar(config, ctx, train=True)

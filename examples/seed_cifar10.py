@@ -8,7 +8,9 @@ was wrong:
 3. The network the blog forgot to move to the rank's GPU, when there is one (NCCL then; gloo on CPU).
 
 Everything else is the blog's: LeNet, ToTensor + Normalize per sample, DistributedSampler,
-batch 64 per rank, SGD lr 0.001 momentum 0.9, 10 epochs. Rank 0 ends with one JSON line.
+batch 64 per rank, SGD lr 0.001 momentum 0.9, 10 epochs. Rank 0 ends with one JSON line. The network
+is the blog's LeNet, layer for layer, as the built-in recipe defines it (trainer.recipes.models), and a
+locally made copy of CIFAR-10 (`--no-md5`: other bytes, same layout) is read by the recipe's reader.
 
     torchrun --standalone --nproc_per_node=2 examples/seed_cifar10.py --data data
     python submit.py --job examples/seed-script.yaml           # the same file, via `script:`
@@ -17,51 +19,18 @@ batch 64 per rank, SGD lr 0.001 momentum 0.9, 10 epochs. Rank 0 ends with one JS
 import argparse
 import json
 import os
-import pickle
 import time
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-import torch.nn.functional as F
 import torch.optim as optim
-import torchvision
 import torchvision.transforms as transforms
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data.distributed import DistributedSampler
 
-
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(3, 6, 5)
-        self.pool = nn.MaxPool2d(2, 2)
-        self.conv2 = nn.Conv2d(6, 16, 5)
-        self.fc1 = nn.Linear(16 * 5 * 5, 120)
-        self.fc2 = nn.Linear(120, 84)
-        self.fc3 = nn.Linear(84, 10)
-
-    def forward(self, x):
-        x = self.pool(F.relu(self.conv1(x)))
-        x = self.pool(F.relu(self.conv2(x)))
-        x = torch.flatten(x, 1)
-        x = F.relu(self.fc1(x))
-        x = F.relu(self.fc2(x))
-        return self.fc3(x)
-
-
-class LocalCIFAR10(torchvision.datasets.CIFAR10):
-    """--no-md5: torchvision's reader for a copy made locally (other bytes, same layout)."""
-
-    def _check_integrity(self):
-        folder = Path(self.root) / self.base_folder
-        return all((folder / name).is_file() for name, _ in self.train_list + self.test_list)
-
-    def _load_meta(self):
-        with open(Path(self.root) / self.base_folder / self.meta["filename"], "rb") as infile:
-            self.classes = pickle.load(infile, encoding="latin1")[self.meta["key"]]
-        self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
+from trainer.recipes.data import cifar10_class
+from trainer.recipes.models import LeNet
 
 
 def main():
@@ -81,7 +50,7 @@ def main():
     rank = dist.get_rank()
 
     transform = transforms.Compose([transforms.ToTensor(), transforms.Normalize((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))])
-    dataset = LocalCIFAR10 if args.no_md5 else torchvision.datasets.CIFAR10
+    dataset = cifar10_class(verify_checksums=not args.no_md5)
     if local_rank == 0:  # fix 2: one download per node
         trainset = dataset(root=args.data, train=True, download=not args.no_md5, transform=transform)
     dist.barrier()
@@ -90,7 +59,7 @@ def main():
     sampler = DistributedSampler(trainset)
     trainloader = torch.utils.data.DataLoader(trainset, batch_size=64, sampler=sampler)
 
-    net = Net().to(device)  # fix 3
+    net = LeNet().to(device)  # fix 3
     ddp_net = DDP(net, device_ids=[local_rank] if use_cuda else None)
     criterion = nn.CrossEntropyLoss()
     optimizer = optim.SGD(ddp_net.parameters(), lr=0.001, momentum=0.9)

@@ -8,7 +8,8 @@ import pickle
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,13 @@ def run_submit(args: list[str], cwd: Path, timeout: float = 300, env: dict[str, 
     full_env = {k: v for k, v in {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}.items() if k not in unset}
     return subprocess.run([sys.executable, SUBMIT, *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env=full_env, input=stdin if stdin is not None else "")
+
+
+def submit_job(folder: Path, job_yaml: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """`python submit.py --job job.yaml --json` in `folder`, `job_yaml` written there as job.yaml (its runs go
+    to folder/runs)."""
+    (folder / "job.yaml").write_text(job_yaml)
+    return run_submit(["--job", "job.yaml", "--json"], cwd=folder, timeout=timeout)
 
 
 def last_json(stdout: str) -> dict[str, Any]:
@@ -40,6 +48,34 @@ def wait_until(condition: Callable[[], Any], timeout: float, what: str, poll: fl
             return value
         time.sleep(poll)
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+@contextmanager
+def killed_at_exit(proc: subprocess.Popen[str]) -> Iterator[subprocess.Popen[str]]:
+    """`proc` (a submitter started in the background) killed on the way out, whatever happened inside:
+    a test that fails while it waits leaves no submitter behind."""
+    try:
+        yield proc
+    finally:
+        proc.kill()
+
+
+def ended_after_one_requeue(proc: subprocess.Popen[str], timeout: float) -> dict[str, Any]:
+    """The `--json` result of `proc` once it has ended (within `timeout`), asserted to have completed
+    after exactly one requeue, for a preemption."""
+    out, err = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, out[-3000:] + err[-3000:]
+    result = last_json(out)
+    assert result["restarts"] == 1 and result["restart_causes"] == {"preemption": 1}, result
+    return result
+
+
+def preempt(run_dir: Path) -> None:
+    """Send SLURM's preemption warning (USR2) to every process of the run's job, as a preemption does."""
+    from trainer.rank import events
+
+    job_id = next(e["job_id"] for e in events.read(run_dir) if e["event"] == "started")
+    subprocess.run(["scancel", "--signal=USR2", job_id], check=True, timeout=30)
 
 
 def rank_results(run_dir: Path, job_id: str = "*") -> list[Any]:

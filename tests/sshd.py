@@ -170,5 +170,7 @@ def make_server(root: Path, slurm_conf: Path) -> Server:
         f"  IdentitiesOnly yes\n  UserKnownHostsFile {known}\n  StrictHostKeyChecking yes\n  BatchMode yes\n"
         f"Host {ALIAS}-norsync\n  HostName {NORSYNC}\n  Port {port}\n  User {USER}\n  IdentityFile {root / 'client_key'}\n"
         f"  IdentitiesOnly yes\n"
-        f"Host *\n  UserKnownHostsFile {known}\n  StrictHostKeyChecking yes\n  BatchMode yes\n")
+        # (Any other name of this server, e.g. an ssh://user@127.0.0.1:PORT login, with the same key.)
+        f"Host *\n  UserKnownHostsFile {known}\n  StrictHostKeyChecking yes\n  BatchMode yes\n"
+        f"  IdentityFile {root / 'client_key'}\n  IdentitiesOnly yes\n")
     return Server(root, port, config, known)

@@ -74,19 +74,29 @@ BOMB = ("extends: digits\na: &a [x, x, x, x, x, x, x, x, x, x]\n"
         + "extra: {k: v}\n")
 SWEEP = "extends: digits\nsweep:\n"
 
+# sbatch_extra options that contradict what the profile models (`--set profile.sbatch_extra.OPTION`, an
+# abbreviation sbatch would read as one of them, or a key written as an option): the error names the key
+# (sbatch_extra.NAME) and says this.
+SBATCH_EXTRA_REFUSED = {
+    "nodes=3": "--nodes would change nodes", "ntasks=8": "nodes x tasks_per_node",
+    "ntasks-per-node=4": "tasks_per_node", "cpus-per-task=2": "set cpus_per_task instead",
+    "gpus=8": "gpus_per_node", "gres=gpu:4": "gpus_per_node", "time=5": "set time instead", "array=0-9": "sweep",
+    "output=/tmp/x.out": "logs", "error=/tmp/x.err": "logs", "job-name=x": "job.name",
+    "mem=1G": "set mem_per_task instead", "partition=gpu": "set partition instead", "dependency=afterok:1": "--after",
+    "node=3": "nodes", "tim=3": "set time instead", "no-requeue=x": "requeue", "--nodes=3": "long option name",
+}
+
+
+# Job keys given a number that is not finite (or one that overflows to inf), and the value as the error shows it.
+NON_FINITE = [("lr", ".inf", "inf"), ("lr", "-.inf", "-inf"), ("lr", ".nan", "nan"), ("lr", "1e999", "inf"),
+              ("weight_decay", ".inf", "inf"), ("momentum", ".NaN", "nan"), ("label_smoothing", ".nan", "nan"),
+              ("warmup_fraction", "-.inf", "-inf"), ("stop_at_accuracy", ".nan", "nan")]
 # Families the first corpus did not cover (issue 12): numbers, collisions, names and paths, sweeps,
 # local setup/env, sbatch_extra. Same shape as CASES.
 MORE_CASES = [
     # -- numbers that are not usable: non-finite floats --
-    ("lr .inf", {}, ["--set", "job.lr=.inf"], ["'lr'", "inf", "a finite number"]),
-    ("lr -.inf", {}, ["--set", "job.lr=-.inf"], ["'lr'", "-inf", "a finite number"]),
-    ("lr .nan", {}, ["--set", "job.lr=.nan"], ["'lr'", "nan", "a finite number"]),
-    ("lr overflowing to inf", {}, ["--set", "job.lr=1e999"], ["'lr'", "inf", "a finite number"]),
-    ("weight_decay .inf", {}, ["--set", "job.weight_decay=.inf"], ["'weight_decay'", "a finite number"]),
-    ("momentum .nan", {}, ["--set", "job.momentum=.NaN"], ["'momentum'", "nan"]),
-    ("label_smoothing .nan", {}, ["--set", "job.label_smoothing=.nan"], ["'label_smoothing'", "a finite number"]),
-    ("warmup_fraction -.inf", {}, ["--set", "job.warmup_fraction=-.inf"], ["'warmup_fraction'", "finite"]),
-    ("stop_at_accuracy .nan", {}, ["--set", "job.stop_at_accuracy=.nan"], ["'stop_at_accuracy'", "finite"]),
+    *[(f"{key} {value}", {}, ["--set", f"job.{key}={value}"],
+       [f"key '{key}' has invalid value {shown}; expected a finite number"]) for key, value, shown in NON_FINITE],
     ("memory .inf", {}, ["--set", "profile.mem_per_task_gb=.inf"], ["--set: key 'profile.mem_per_task_gb'",
                                                                     "a finite number"]),
     ("memory .nan on SLURM", {}, ["--profile", "dev-cluster", "--set", "profile.mem_per_task_gb=.nan"],
@@ -184,46 +194,10 @@ MORE_CASES = [
     ("--set a list after a comment", {}, ["--set", "profile.setup=[echo a] # b"], ["'# b' is a YAML comment"]),
     ("--set a nested key onto a scalar from the file", {}, ["--set", "job.epochs.x=1"], ["'epochs'", "an integer"]),
     # -- sbatch_extra keys that contradict what the profile models --
-    ("sbatch_extra nodes", {}, ["--profile", "dev-cluster", "--set", "profile.sbatch_extra.nodes=3"],
-     ["sbatch_extra.nodes", "--nodes", "set nodes instead"]),
-    ("sbatch_extra ntasks", {}, ["--profile", "dev-cluster", "--set", "profile.sbatch_extra.ntasks=8"],
-     ["sbatch_extra.ntasks", "nodes x tasks_per_node"]),
-    ("sbatch_extra ntasks-per-node", {}, ["--profile", "dev-cluster", "--set",
-                                          "profile.sbatch_extra.ntasks-per-node=4"],
-     ["sbatch_extra.ntasks-per-node", "tasks_per_node"]),
-    ("sbatch_extra cpus-per-task", {}, ["--profile", "dev-cluster", "--set",
-                                        "profile.sbatch_extra.cpus-per-task=2"], ["cpus_per_task"]),
-    ("sbatch_extra gpus", {}, ["--profile", "dev-cluster", "--set", "profile.sbatch_extra.gpus=8"],
-     ["sbatch_extra.gpus", "gpus_per_node"]),
-    ("sbatch_extra gres", {}, ["--profile", "dev-cluster", "--set", "profile.sbatch_extra.gres=gpu:4"],
-     ["sbatch_extra.gres", "gpus_per_node"]),
-    ("sbatch_extra time", {}, ["--profile", "dev-cluster", "--set", "profile.sbatch_extra.time=5"],
-     ["sbatch_extra.time", "set time instead"]),
-    ("sbatch_extra array", {}, ["--profile", "dev-cluster", "--set", "profile.sbatch_extra.array=0-9"],
-     ["sbatch_extra.array", "sweep"]),
-    ("sbatch_extra output", {}, ["--profile", "dev-cluster", "--set", "profile.sbatch_extra.output=/tmp/x.out"],
-     ["sbatch_extra.output", "logs"]),
-    ("sbatch_extra error", {}, ["--profile", "dev-cluster", "--set", "profile.sbatch_extra.error=/tmp/x.err"],
-     ["sbatch_extra.error", "logs"]),
-    ("sbatch_extra job-name", {}, ["--profile", "dev-cluster", "--set", "profile.sbatch_extra.job-name=x"],
-     ["sbatch_extra.job-name", "job.name"]),
-    ("sbatch_extra mem", {}, ["--profile", "dev-cluster", "--set", "profile.sbatch_extra.mem=1G"],
-     ["sbatch_extra.mem", "set mem_per_task instead"]),
-    ("sbatch_extra partition", {}, ["--profile", "dev-cluster", "--set", "profile.sbatch_extra.partition=gpu"],
-     ["sbatch_extra.partition", "set partition instead"]),
-    ("sbatch_extra dependency", {}, ["--profile", "dev-cluster", "--set",
-                                     "profile.sbatch_extra.dependency=afterok:1"], ["--after"]),
-    ("sbatch_extra abbreviated --node", {}, ["--profile", "dev-cluster", "--set", "profile.sbatch_extra.node=3"],
-     ["sbatch_extra.node", "nodes"]),
-    ("sbatch_extra abbreviated --tim", {}, ["--profile", "dev-cluster", "--set", "profile.sbatch_extra.tim=3"],
-     ["sbatch_extra.tim", "set time instead"]),
+    *[(f"sbatch_extra {option}", {}, ["--profile", "dev-cluster", "--set", f"profile.sbatch_extra.{option}"],
+       [f"sbatch_extra.{option.split('=')[0]}", said]) for option, said in SBATCH_EXTRA_REFUSED.items()],
     ("sbatch_extra in a profile file", {"p.yaml": "extends: dev-cluster\nsbatch_extra: {gpus-per-node: 2}\n"},
      ["--profile", "{p.yaml}"], ["p.yaml", "sbatch_extra.gpus-per-node", "gpus_per_node"]),
-    ("sbatch_extra no-requeue", {}, ["--profile", "dev-cluster", "--set", "profile.sbatch_extra.no-requeue=x"],
-     ["sbatch_extra.no-requeue", "requeue"]),
-    ("sbatch_extra with an option-like key", {}, ["--profile", "dev-cluster", "--set",
-                                                  "profile.sbatch_extra.--nodes=3"],
-     ["sbatch_extra.--nodes", "long option name"]),
     # -- names and paths --
     ("job name longer than a file name", {}, ["--set", f"job.name={LONG}"],
      ["job.name", "300 bytes", "use a shorter job.name"]),

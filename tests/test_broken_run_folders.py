@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import run_submit
+from tests.helpers import run_submit, submit_job
 
 SWEEP = "extends: digits\nepochs: 1\nsweep:\n  tasks:\n    - {lr: 0.05}\n    - {lr: 0.06, fail_at: '2:0'}\n"
 
@@ -26,8 +26,7 @@ SWEEP = "extends: digits\nepochs: 1\nsweep:\n  tasks:\n    - {lr: 0.05}\n    - {
 def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A finished local sweep: task 0 completed, task 1 failed."""
     where = tmp_path_factory.mktemp("pristine")
-    (where / "s.yaml").write_text(SWEEP)
-    proc = run_submit(["--job", "s.yaml", "--json"], cwd=where, timeout=300)
+    proc = submit_job(where, SWEEP)
     assert proc.returncode == 1, proc.stdout + proc.stderr  # task 1 failed on purpose
     (run_dir,) = (where / "runs").iterdir()
     assert (run_dir / "task-0000" / "result.json").is_file() and (run_dir / "tasks.json").is_file()

@@ -292,3 +292,22 @@ def test_settling_ddp_buckets_changes_no_weight_statistic_or_random_state_and_th
     finally:
         ddp = None
         dist.destroy_process_group()
+
+
+def test_every_model_name_a_job_takes_builds_that_model_and_no_other() -> None:
+    """The `Model` Literal (trainer.config.job) is the one list of model names: the check, its error lines
+    and the recipe's models all come from it, so a name added there without a model (or a model without a
+    name) fails here rather than on a rank."""
+    from typing import get_args
+
+    from trainer.config.job import DIGITS_MODEL, JobConfig, Model
+    from trainer.config.schema import FieldError
+    from trainer.recipes.models import MODELS, build_model
+
+    assert sorted(MODELS) == sorted(get_args(Model))
+    for name in get_args(Model):
+        assert type(build_model(name)).model_name == name
+    with pytest.raises(FieldError) as refused:
+        JobConfig(name="x", model=DIGITS_MODEL, dataset="cifar10")
+    others = [m for m in get_args(Model) if m != DIGITS_MODEL]
+    assert refused.value.expected == " or ".join(repr(m) for m in others) + " for 32x32 images"

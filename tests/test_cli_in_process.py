@@ -291,7 +291,8 @@ def test_after_makes_the_job_depend_on_every_job_of_that_run(tmp_path: Path,
 def test_a_submission_moved_to_a_free_folder_name_trains_there(tmp_path: Path) -> None:
     # What a submitter does when a concurrent one took the run folder's name first.
     from launcher.config.resolve import resolve
-    from launcher.request.submission import Point, build, moved
+    from launcher.config.resolve import Point
+    from launcher.request.submission import build, moved
     job = resolve("local", "digits", []).job
     profile = resolve("local", "digits", []).profile
     sub = moved(build(profile, [Point(0, job), Point(1, job)], tmp_path / "taken", True), tmp_path / "free")
@@ -397,7 +398,8 @@ def test_a_job_file_names_the_job_and_finds_its_code_parent_and_data_beside_it(
 def test_the_submission_carries_the_interpreter_slurm_conf_and_dependencies(tmp_path: Path) -> None:
     # The parts no dry run shows: what send() and the local executor use (launcher.request.submission).
     from launcher.config.resolve import resolve, runs_dir
-    from launcher.request.submission import Point, build
+    from launcher.config.resolve import Point
+    from launcher.request.submission import build
     local = resolve("local", "digits", ["profile.python=/opt/my py"])
     assert build(local.profile, [Point(0, local.job)], tmp_path / "a", False).python == "'/opt/my py'"
     plain = resolve("local", "digits", [])
@@ -616,10 +618,12 @@ def test_python_m_trainer_loads_a_job_by_name_or_path_as_the_submitter_does(tmp_
 
 
 EXECUTOR_LIMITS = [
-    (["--profile", "debug", "--set", "profile.nodes=2"], "key 'nodes' has invalid value 2; expected 1 for the debug "
-     "executor"),
-    (["--profile", "debug", "--set", "profile.tasks_per_node=2"], "key 'tasks_per_node' has invalid value 2; expected "
-     "1 for the debug executor (it runs in this process)"),
+    # The debug executor runs in this process: one rank, its interpreter.
+    *[(["--profile", "debug", "--set", f"profile.{setting}"], f"key {said} for the debug executor")
+      for setting, said in (("nodes=2", "'nodes' has invalid value 2; expected 1"),
+                            ("tasks_per_node=2", "'tasks_per_node' has invalid value 2; expected 1"),
+                            ("python=py", "'python' has invalid value 'py'; expected empty"),
+                            ("container=img.sif", "'python' has invalid value ''; expected empty"))],
     (["--set", "profile.nodes=2"], "key 'nodes' has invalid value 2; expected 1 for the local executor (use a slurm "
      "profile for more)"),
     (["--profile", "slurm-cpu", "--set", "profile.gpus_per_node=2", "--set", "profile.tasks_per_node=1"],
@@ -633,19 +637,14 @@ EXECUTOR_LIMITS = [
     (["--set", "profile.env.a1_B=1", "--set", "profile.env.1a=1"], "key 'env.1a' has invalid value '1a'"),
     (["--profile", "slurm-cpu", "--set", "profile.sbatch_extra.Mail=1"], "key 'sbatch_extra.Mail' has invalid value "
      "'Mail'; expected an sbatch long option name such as 'mail-type'"),
-    (["--profile", "debug", "--set", "profile.python=py"], "key 'python' has invalid value 'py'; expected empty for "
-     "the debug executor (it runs in this process)"),
-    (["--profile", "debug", "--set", "profile.container=img.sif"], "key 'python' has invalid value ''; expected empty "
-     "for the debug executor"),
     (["--set", 'profile.setup=["x"]'], "key 'setup' has invalid value ['x']; expected [] for the local executor "
      "(setup lines run only in SLURM batch scripts;"),
     (["--set", "profile.container=docker://x"], "key 'container' has invalid value 'docker://x'; expected empty unless "
      "executor is slurm (containers start through srun)"),
-    (["--profile", "slurm-cpu", "--set", "profile.container=a\x07b"], "key 'container' has invalid value "
-     "'a\\x07b'; expected one line of text without control characters"),
-    (["--profile", "slurm-cpu", "--set", "profile.python=a\x7fb"], "key 'python' has invalid value 'a\\x7fb'; "
-     "expected one line of text without control characters"),
-    (["--profile", "slurm-cpu", "--set", "profile.python=a\x1fb"], "key 'python' has invalid value 'a\\x1fb'"),
+    # A control character in a value that reaches a process.
+    *[(["--profile", "slurm-cpu", "--set", f"profile.{key}={value}"],
+       f"key '{key}' has invalid value {value!r}; expected one line of text without control characters")
+      for key, value in (("container", "a\x07b"), ("python", "a\x7fb"), ("python", "a\x1fb"))],
 ]
 
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from launcher.cluster.slurm.sbatch import SlurmRequest, container_srun_args, python_command
-from launcher.config.checks import check_data, check_entrypoint, check_local, check_writable_folder, script_path
+from launcher.config.checks import (check_data, check_entrypoint, check_here, check_where_it_runs, check_writable_folder,
+                                    script_path)
 from launcher.config.profile import Profile
 from trainer.config import sweep
 from trainer.config.job import JobConfig
@@ -27,13 +28,19 @@ def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
 
 
+def check_local(profile: Profile, job: JobConfig, source: str, job_source: str = "") -> None:
+    """The checks a submission planned and queued from this machine makes (launcher.request.plan.check)."""
+    check_here(profile, job, source, job_source)
+    check_where_it_runs(profile, job, source, job_source)
+
+
 def error_of(call, *args, **kwargs) -> str:
     with pytest.raises(ConfigError) as raised:
         call(*args, **kwargs)
     return str(raised.value)
 
 
-# -- script_path and check_local -------------------------------------------------------------------
+# -- script_path, check_here and check_where_it_runs ---------------------------------------------------------------
 
 
 def test_a_relative_script_is_found_in_the_current_directory_first_then_the_job_files_folder(

@@ -23,10 +23,13 @@ from tests.helpers import (
     ROOT,
     SUBMIT,
     assert_one_mlflow_run,
+    ended_after_one_requeue,
+    killed_at_exit,
     last_json,
     rank_pid,
     recipe_params,
     run_submit,
+    submit_job,
     wait_until,
 )
 from trainer.config.job import JobConfig, RunSettings
@@ -96,9 +99,7 @@ LOCAL_JOB = "extends: digits\nname: digits-requeue\nepochs: 60\neval_every_epoch
 @pytest.fixture(scope="module")
 def local_reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The uninterrupted run (2 local ranks) every interrupted one must match."""
-    cwd = tmp_path_factory.mktemp("reference")
-    (cwd / "job.yaml").write_text(LOCAL_JOB)
-    proc = run_submit(["--job", "job.yaml", "--json"], cwd=cwd, timeout=240)
+    proc = submit_job(tmp_path_factory.mktemp("reference"), LOCAL_JOB, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = last_json(proc.stdout)
     assert result["restarts"] == 0
@@ -146,16 +147,11 @@ def test_a_stop_signal_sent_to_one_rank_from_outside_requeues_and_resumes_exactl
         tmp_path: Path, local_reference: Path) -> None:
     (tmp_path / "job.yaml").write_text(LOCAL_JOB)
     proc = _popen_submit(["--job", "job.yaml", "--json"], tmp_path)
-    try:
+    with killed_at_exit(proc):
         run_dir = wait_until(lambda: next((tmp_path / "runs").glob("*/metrics.jsonl"), None), 120,
-                            "the first epoch").parent
+                             "the first epoch").parent
         os.kill(wait_until(lambda: rank_pid(run_dir, 1), 30, "rank 1's pid"), signal.SIGUSR2)  # rank 1 only
-        out, err = proc.communicate(timeout=240)
-    finally:
-        proc.kill()
-    assert proc.returncode == 0, err[-3000:]
-    result = last_json(out)
-    assert result["restarts"] == 1 and result["restart_causes"] == {"preemption": 1}
+        ended_after_one_requeue(proc, 240)
     (stopped,) = [e for e in events.read(run_dir) if e["event"] == "stopped"]
     (resumed,) = [e for e in events.read(run_dir) if e["event"] == "resumed"]
     assert stopped["step"] == resumed["step"] > 0 and stopped["requeued"]

@@ -8,7 +8,7 @@ timeout can never be what ends the surviving ranks in time: only fail-fast can. 
 - a rank that dies before the process group forms leaves its peers waiting at the rendezvous, where
   no connection to it exists: on SLURM only `srun --kill-on-bad-exit` ends them. The local executor
   has no such mechanism (submitit's controller waits for every process), so there the waiting
-  submitter stops the surviving ranks (launcher/commands/waiting.py: a single run, and each task of
+  submitter stops the surviving ranks (launcher/request/waiting.py: a single run, and each task of
   a local sweep).
 """
 
@@ -87,21 +87,29 @@ def test_a_rank_that_raises_on_the_dev_cluster_ends_the_job_within_60_s(slurm_cl
     assert end - failure_time(Path(result["run_dir"]), 1) < 60  # srun --kill-on-bad-exit ended rank 0
 
 
-@pytest.mark.slurm
-def test_killing_a_rank_process_on_the_dev_cluster_ends_the_job_and_names_it(slurm_cluster: Path,
-                                                                               tmp_path: Path) -> None:
-    proc = _popen_submit(["--profile", "dev-cluster", "--wait", "--set", "job.epochs=200", "--json", *NO_TIMEOUTS,
-                          *NO_RETRIES],
+def signal_rank_1_after_the_first_epoch(tmp_path: Path, signum: int, options: list[str],
+                                        timeout_s: float) -> tuple[int, str, str, float]:
+    """A run of 200 epochs submitted to the dev cluster with --wait, whose rank 1 gets `signum` once the
+    first epoch is written: the submitter's exit status, output and error, and when the signal was sent."""
+    proc = _popen_submit(["--profile", "dev-cluster", "--wait", "--set", "job.epochs=200", "--json", *NO_RETRIES,
+                          *options],
                          tmp_path)
     try:
         run_dir = wait_until(lambda: next((tmp_path / "runs").glob("*/metrics.jsonl"), None), 180,
-                            "the first epoch").parent
-        os.kill(wait_until(lambda: rank_pid(run_dir, 1), 30, "rank 1's pid"), signal.SIGKILL)
-        killed = time.time()
-        out, err = proc.communicate(timeout=180)
+                             "the first epoch").parent
+        os.kill(wait_until(lambda: rank_pid(run_dir, 1), 30, "rank 1's pid"), signum)
+        sent = time.time()
+        out, err = proc.communicate(timeout=timeout_s)
     finally:
         proc.kill()
-    assert proc.returncode == 1, out + err
+    return proc.returncode, out, err, sent
+
+
+@pytest.mark.slurm
+def test_killing_a_rank_process_on_the_dev_cluster_ends_the_job_and_names_it(slurm_cluster: Path,
+                                                                               tmp_path: Path) -> None:
+    code, out, err, killed = signal_rank_1_after_the_first_epoch(tmp_path, signal.SIGKILL, NO_TIMEOUTS, 180)
+    assert code == 1, out + err
     result = last_json(out)
     assert result["state"] == "FAILED" and result["failed_rank"] == 1
     assert re.search(r"task 1: Killed", result["error"]), result["error"]
@@ -164,17 +172,10 @@ def test_a_rank_killed_before_the_process_group_forms_ends_the_job_through_kill_
 def test_a_rank_that_hangs_ends_the_job_after_the_collective_timeout(slurm_cluster: Path, tmp_path: Path) -> None:
     # Rank 1 is frozen (SIGSTOP), not dead: its connections stay open, so only rank 0's collective
     # timeout (20 s here; start-up at 600 s) ends rank 0, and srun --kill-on-bad-exit then rank 1.
-    proc = _popen_submit(["--profile", "dev-cluster", "--wait", "--set", "job.epochs=200", "--json", "--set",
-                          "profile.collective_timeout_s=20", "--set", "profile.init_timeout_s=600", *NO_RETRIES], tmp_path)
-    try:
-        run_dir = wait_until(lambda: next((tmp_path / "runs").glob("*/metrics.jsonl"), None), 180,
-                             "the first epoch").parent
-        os.kill(wait_until(lambda: rank_pid(run_dir, 1), 30, "rank 1's pid"), signal.SIGSTOP)
-        frozen = time.time()
-        out, err = proc.communicate(timeout=240)
-    finally:
-        proc.kill()
-    assert proc.returncode == 1, out + err
+    code, out, err, frozen = signal_rank_1_after_the_first_epoch(
+        tmp_path, signal.SIGSTOP, ["--set", "profile.collective_timeout_s=20", "--set", "profile.init_timeout_s=600"],
+        240)
+    assert code == 1, out + err
     result = last_json(out)
     assert result["state"] == "FAILED" and result["failed_rank"] == 0, result
     assert "Timed out" in result["error"] or "timed out" in result["error"], result["error"]

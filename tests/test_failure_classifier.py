@@ -1,4 +1,4 @@
-"""Where a failed attempt's failure came from, decided from how each rank ended (launcher.rundir.failures),
+"""Where a failed attempt's failure came from, decided from how each rank ended (launcher.cluster.fault_origin),
 whether it is retried (launcher.rundir.retries), the run's exclusion list (launcher.rundir.exclusions) and
 what the retry step reads of an attempt in a run folder (launcher.heal.facts): called directly, no cluster.
 The SLURM side (the retry step in real batch scripts) is tests/test_self_healing.py."""
@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from launcher.config.resolve import load_profile
+from launcher.config.resolve import load_profile, point
 from launcher.heal import facts
 from launcher.request.executor import sbatch_script
-from launcher.request.submission import Point, build
+from launcher.request.submission import build
 from launcher.rundir import exclusions, restarts, retries
-from launcher.rundir.failures import RankEnd, Verdict, classify, node_error_line, signature
+from launcher.cluster.fault_origin import RankEnd, Verdict, classify, node_error_line, signature
 from trainer.config.job import JobConfig
 
 TOOL = ("/runs/r1/code",)
@@ -223,11 +223,11 @@ def test_a_later_submission_of_the_run_asks_sbatch_to_leave_its_nodes_out(tmp_pa
     exclusions.add(tmp_path, "cpu1", "Killed", pinned=("cpu1",))  # not left out: not excluded
     profile, _ = load_profile("dev-cluster", {"sbatch_extra": {"exclude": "cpu[3-4]"}, "max_failures": 1,
                                               "node_error_patterns": ["LustreError"]})
-    sub = build(profile, [Point(0, JobConfig(name="digits"))], tmp_path, is_sweep=False)
+    sub = build(profile, [point(profile, 0, JobConfig(name="digits"))], tmp_path, is_sweep=False)
     script = sbatch_script(sub)
     assert "#SBATCH --exclude=cpu3,cpu4,cpu2" in script.splitlines()
     (after,) = [line for line in script.splitlines() if "-m launcher.heal after" in line]
     policy = json.loads(after.split(" after \"$srun_status\" ", 1)[1].strip("'"))
     assert policy["max_failures"] == 1 and policy["patterns"] == ["LustreError"] and policy["run"] == str(tmp_path)
-    fresh = build(profile, [Point(0, JobConfig(name="digits"))], tmp_path / "new-run", is_sweep=False)
+    fresh = build(profile, [point(profile, 0, JobConfig(name="digits"))], tmp_path / "new-run", is_sweep=False)
     assert "--exclude=cpu3,cpu4\n" in sbatch_script(fresh) + "\n"  # a new run: only the profile's own

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import itertools
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -21,22 +22,22 @@ from tests.helpers import ROOT
 ALLOWED: dict[str, set[str]] = {
     "submit": {"launcher.commands"},
     "launcher.__main__": {"launcher.commands"},  # `python -m launcher`: submit.py's twin, for wheels
-    "launcher.commands": {"launcher.request", "launcher.rundir", "launcher.cluster", "launcher.config",
-                          "launcher.node", "launcher.envcheck", "trainer.config", "trainer.runners"},
-    "launcher.request": {"launcher.rundir", "launcher.cluster", "launcher.config", "launcher.node",
-                         "launcher.torchrun", "launcher.submitit_private", "trainer.config"},
-    "launcher.torchrun": {"launcher.node", "launcher.submitit_private", "launcher.cluster", "launcher.rundir",
-                          "trainer.config", "trainer.distributed", "trainer.rank", "trainer.runners"},
-    "launcher.node": {"launcher.submitit_private", "trainer.config", "trainer.distributed", "trainer.rank",
-                      "trainer.runners"},
+    "launcher.commands": {"launcher.request", "launcher.remote", "launcher.rundir", "launcher.node", "launcher.cluster",
+                          "launcher.config", "trainer.config", "trainer.runners"},
+    "launcher.request": {"launcher.remote", "launcher.rundir", "launcher.node", "launcher.cluster", "launcher.config",
+                         "launcher.submitit_private", "trainer.config", "trainer.runners"},
+    "launcher.remote": {"launcher.cluster", "launcher.config", "launcher.filestamp", "trainer.config"},
+    "launcher.rundir": {"launcher.cluster", "launcher.config", "launcher.filestamp", "trainer.config", "trainer.rank",
+                        "trainer.runners"},
+    "launcher.node": {"launcher.cluster", "launcher.submitit_private", "trainer.config", "trainer.distributed",
+                      "trainer.rank", "trainer.runners"},
     "launcher.heal": {"launcher.rundir", "launcher.cluster", "trainer.config", "trainer.distributed",
                       "trainer.rank"},  # the batch script's retry step (`python -m launcher.heal`)
-    "launcher.submitit_private": set(),
-    "launcher.envcheck": set(),  # runs in the nodes' bare interpreter: the standard library only
-    "launcher.rundir": {"launcher.cluster", "launcher.config", "trainer.config", "trainer.rank"},
     "launcher.cluster": {"trainer.config", "trainer.distributed"},
     "launcher.config": {"trainer.config", "trainer.runners"},
-    "launcher.client": set(),
+    "launcher.submitit_private": set(),
+    "launcher.filestamp": set(),  # "unchanged since last time": the snapshot's links and the SSH sync
+    "launcher.client": set(),  # it starts `python -m launcher`
     "launcher.devcluster": set(),  # a product tool that stands alone
     "trainer.__main__": {"trainer.config", "trainer.rank", "trainer.runners"},
     "trainer.runners": {"trainer.recipes", "trainer.rank", "trainer.distributed", "trainer.config"},
@@ -190,3 +191,77 @@ def test_the_allowed_table_has_no_arrow_back_up() -> None:
     for a, b in itertools.permutations(ALLOWED, 2):
         if b in ALLOWED[a]:
             assert a not in ALLOWED[b], (a, b)
+
+
+# ----- docs/architecture.md: the map, held to the code ---------------------------------------------
+
+MAP = ROOT / "docs" / "architecture.md"
+
+
+def _table(heading: str) -> dict[str, str]:
+    """The two-column table under `## heading` in the map: first cell (its backticked name) -> second cell."""
+    text = MAP.read_text(encoding="utf-8").split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.startswith("| `") else []
+        if len(cells) == 2:
+            rows[cells[0].strip("`")] = cells[1]
+    return rows
+
+
+def test_the_map_names_every_module_in_its_wings_row() -> None:
+    """Every module of launcher/ and trainer/ is named (`path/below/the/wing`) in its wing's row of
+    docs/architecture.md, and every row is a wing that is there: the map cannot drift from the code."""
+    rows = _table("The wings")
+    missing = []
+    for path in [*ROOT.glob("launcher/**/*.py"), *ROOT.glob("trainer/**/*.py")]:
+        rel = path.relative_to(ROOT)
+        if rel.name == "__init__.py" and len(rel.parts) == 2:
+            continue  # a package root: its own docstring says what is in it (the test below)
+        wing = f"{rel.parts[0]}/{rel.parts[1]}/" if len(rel.parts) > 2 else str(rel)
+        if wing not in rows:
+            missing.append(f"{rel}: no row for its wing {wing}")
+        elif len(rel.parts) > 2 and rel.name != "__init__.py":
+            name = str(Path(*rel.parts[2:]).with_suffix(""))
+            if f"`{name}`" not in rows[wing] and f"`{name}` " not in rows[wing]:
+                missing.append(f"{rel}: not named as `{name}` in the row of {wing}")
+    stale = [wing for wing in rows if not (ROOT / wing).exists()]
+    assert missing == [] and stale == []
+
+
+def test_the_maps_arrows_are_the_layout_tests() -> None:
+    """The map's arrows table and ALLOWED are one table: a wing or an arrow in one and not the other fails."""
+    drawn = {wing: set() if "nothing of ours" in cell else set(re.findall(r"`([\w.]+)`", cell))
+             for wing, cell in _table("The allowed arrows").items()}
+    assert drawn == ALLOWED
+
+
+def test_every_package_docstring_names_what_is_in_it() -> None:
+    """Each package's __init__ docstring names each of its modules and sub-packages (in backticks)."""
+    missing = []
+    for init in [*ROOT.glob("launcher/**/__init__.py"), *ROOT.glob("trainer/**/__init__.py")]:
+        doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or ""
+        named = set(re.findall(r"`+([\w./]+?)/?`+", doc))
+        children = [p.stem for p in init.parent.glob("*.py") if p.name != "__init__.py"]
+        children += [p.parent.name for p in init.parent.glob("*/__init__.py")]
+        missing += [f"{init.relative_to(ROOT)}: {child}" for child in children if child not in named]
+    assert missing == []
+
+
+def test_the_nodes_environment_check_needs_only_the_standard_library() -> None:
+    """launcher/node/envcheck.py runs in the nodes' bare interpreter, before submitit, to say what is missing."""
+    path = ROOT / "launcher" / "node" / "envcheck.py"
+    assert [name for name, _ in imports(path) if name.split(".")[0] not in sys.stdlib_module_names] == []
+
+
+def test_the_remote_wing_never_prints() -> None:
+    """launcher/remote/ returns data or raises; the verbs say what happened (docs/remote.md)."""
+    said = []
+    for path in (ROOT / "launcher" / "remote").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            func = node.func if isinstance(node, ast.Call) else None
+            if isinstance(func, ast.Name) and func.id == "print" or (
+                    isinstance(func, ast.Attribute) and func.attr == "write" and isinstance(func.value, ast.Attribute)
+                    and func.value.attr in ("stdout", "stderr")):
+                said.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert said == []

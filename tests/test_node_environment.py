@@ -66,6 +66,22 @@ def test_local_probe_names_every_missing_package(user: Path) -> None:
     assert sorted(env["versions"]) == sorted(NEEDED.split(", ")) and "environment: " in ok.stdout
 
 
+def test_probe_finds_a_script_where_the_check_and_the_ranks_do(tmp_path: Path) -> None:
+    """A `script:` given relative to the project root, submitted from a folder below it with the job file
+    in another: the check before queueing finds it there (trainer.config.project.script_places), and so
+    must `probe`, which looked only next to the job file and so named none of the script's imports."""
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True, timeout=60)
+    (tmp_path / "tools").mkdir()
+    (tmp_path / "tools" / "train.py").write_text("import json\n\nimport nosuchpkg_for_script\n")
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "s.yaml").write_text("name: s\nscript: tools/train.py\n")
+    (tmp_path / "sub").mkdir()
+    done = run_submit(["probe", "--profile", "local", "--job", "../jobs/s.yaml"], tmp_path / "sub", timeout=300)
+    assert done.returncode == 1, done.stdout + done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert "cannot import nosuchpkg_for_script (pip install nosuchpkg_for_script)" in line, line
+
+
 @pytest.mark.slurm
 def test_dev_cluster_probe_names_every_missing_package(slurm_cluster: Path, user: Path) -> None:
     done = run_submit(["probe", "--profile", "bare-dev-cluster.yaml", "--job", "jobs/mine.yaml"], user,

@@ -57,6 +57,22 @@ def test_local_run_folder_is_private_under_umask_000(tmp_path: Path) -> None:
     assert not (run_dir / "logs" / "%j").exists()
 
 
+CLAIM = ("import os, sys; os.umask(0); from pathlib import Path; from launcher.rundir import layout; "
+         "print(layout.claim(Path(sys.argv[1])))")
+
+
+def test_submitters_started_in_the_same_second_each_claim_their_own_private_folder(tmp_path: Path) -> None:
+    """Every creator of a run folder (a submission, `probe`, the local record of a run over SSH) makes it
+    with layout.claim: 6 at once asking for one name get 6 folders (the name, then -2 ... -6), each
+    0700 under umask 000, none shared."""
+    base = tmp_path / "runs" / "20261201-100000-digits-local"
+    procs = [subprocess.Popen([sys.executable, "-c", CLAIM, str(base)], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)}) for _ in range(6)]
+    claimed = [Path(p.communicate(timeout=120)[0].strip()) for p in procs]
+    assert sorted(claimed) == sorted([base, *(base.with_name(f"{base.name}-{n}") for n in range(2, 7))]), claimed
+    assert all(stat.S_IMODE(p.stat().st_mode) == 0o700 for p in claimed)
+
+
 @pytest.mark.slurm
 def test_slurm_run_folder_is_private_under_umask_000(slurm_cluster: Path, tmp_path: Path) -> None:
     """Here the job writes most of the folder on the nodes (logs, pickles, checkpoints, metrics)."""
@@ -100,7 +116,7 @@ def test_a_crashing_task_leaves_no_core_file(tmp_path: Path) -> None:
     """A rank that aborts (SIGABRT, as a C++ `terminate` at exit does) writes no core anywhere, even
     with core dumps allowed in the submitting shell."""
     script = tmp_path / "abort.py"
-    script.write_text("import os\nfrom launcher.node import private_and_coreless\n"
+    script.write_text("import os\nfrom launcher.node.task import private_and_coreless\n"
                       "private_and_coreless()\nos.abort()\n")
     soft, hard = resource.getrlimit(resource.RLIMIT_CORE)
     proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},

@@ -75,12 +75,20 @@ def copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
             shutil.copy2(ROOT / name, dest / name)
     if (ROOT / ".dev-cluster").exists():  # dev-cluster.yaml finds slurm.conf through ../.dev-cluster
         (dest / ".dev-cluster").symlink_to((ROOT / ".dev-cluster").resolve())
-    for block in blocks("yaml"):
-        first = block.splitlines()[0]
-        match = re.fullmatch(r"# (\S+\.yaml)", first)
-        if match and "/" not in match.group(1):
-            (dest / match.group(1)).write_text(block)
+    for name, block in readers_files().items():
+        (dest / name).write_text(block)
     return dest
+
+
+def readers_files() -> dict[str, str]:
+    """The files the README has its reader create, by name: each block whose first line names a file in
+    the reader's own folder (`# my-job.yaml`, `# mymodel.py`), written whole, as the reader would."""
+    found = {}
+    for block in blocks("yaml") + blocks("python"):
+        match = re.fullmatch(r"# (\S+\.(?:yaml|py))", block.splitlines()[0])
+        if match and "/" not in match.group(1):
+            found[match.group(1)] = block
+    return found
 
 
 def run(command: str, cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
@@ -130,19 +138,17 @@ def test_a_dev_cluster_readme_command_runs(command: str, copy: Path, slurm_clust
             run(f"python submit.py cancel {shlex.quote(str(run_dir))}", copy)
 
 
-def test_every_python_block_is_an_excerpt_of_a_file_the_tests_run() -> None:
-    """A README python block names its file on the first line; each line of it (`...` aside) is in it."""
-    for block in blocks("python"):
-        first, *body = block.splitlines()
-        match = re.fullmatch(r"# (\S+\.py) \(abridged\)", first)
-        assert match, f"a python block without its source file: {first!r}"
-        source = ROOT / match.group(1)
-        lines = {line.strip() for line in source.read_text().splitlines()}
-        missing = [line for line in body if line.strip() not in ("", "...") and line.strip() not in lines]
-        assert missing == [], f"{source}: {missing}"
-        # The file is one the commands above run: tiny.yaml's entrypoint names its module.
-        module = match.group(1).removesuffix(".py").replace("/", ".")
-        assert any(f'entrypoint: "{module}:' in yaml for yaml in blocks("yaml")), module
+def test_the_own_code_example_is_a_whole_file_of_the_readers_project_that_a_job_names() -> None:
+    """The README's own code is a module the reader creates in their project's folder (not a package of this
+    checkout), named by a job file the reader creates too: it works from an installed wheel
+    (tests/test_wheel.py runs it there), and the commands above run it here."""
+    files = readers_files()
+    modules = [name for name in files if name.endswith(".py")]
+    assert modules == ["mymodel.py"], list(files)
+    assert 'entrypoint: "mymodel:train"' in files["tiny.yaml"]
+    assert all(re.fullmatch(r"# (\S+\.py)", block.splitlines()[0]) for block in blocks("python")), \
+        "a python block that is not a file the reader creates"
+    assert "tests." not in "".join(blocks("python") + blocks("yaml")), "an example that needs this checkout"
 
 
 def test_every_link_to_a_page_of_the_checkout_finds_it() -> None:

@@ -203,3 +203,100 @@ def test_resume_refuses_a_job_it_would_not_use(tmp_path: Path, capsys: pytest.Ca
     assert code == 2 and err.startswith("error: --job cifar10: --resume resubmits the run's recorded jobs")
     code, out, err = call(["--resume", str(tmp_path / "run"), "--dry-run"], capsys)
     assert code == 0 and "would resubmit task(s) 1" in out, err
+
+
+# ----- the typed reader of records, directly: the one door every record comes through -------------------
+
+def remote_json(name: str = "far") -> dict[str, Any]:
+    """remote.json as a submission over SSH writes it (launcher.remote.record.write_remote_record)."""
+    return {"name": name, "profile": "mylab", "login": "mylab", "remote_dir": "/r", "remote_run_dir": f"/r/runs/{name}",
+            "code": "0123abcd", "python": "python3", "job_ids": ["4711"], "job": "digits", "tasks": 1,
+            "created": time.time()}
+
+
+HEALTHY = {"run.json": run_json(Path("r")), "result.json": result_json(Path("r")), "remote.json": remote_json(),
+           "failure.json": {"rank": 1, "error": "boom"}}
+# (record, field, a value of the wrong shape, the field as the error names it): `true` where a number
+# belongs (JSON's true is Python's 1), and a list whose first item is fine but a later one is not.
+MISSHAPEN = [
+    ("run.json", "created", True, "created"), ("run.json", "tasks", True, "tasks"),
+    ("run.json", "world_size", False, "world_size"), ("run.json", "cancelled_at", True, "cancelled_at"),
+    ("run.json", "failed_rank", True, "failed_rank"),
+    ("run.json", "job_ids", ["12", {"x": 1}], "job_ids[1]"), ("run.json", "job_ids", ["12", True], "job_ids[1]"),
+    ("run.json", "task_jobs", [["12"], ["13", ["14"]]], "task_jobs[1][1]"),
+    ("run.json", "resumes", [{"job_ids": ["12"], "time": 1.0}, {"job_ids": ["13"], "time": True}], "resumes[1].time"),
+    ("run.json", "sweep_overrides", [{}, "lr=1"], "sweep_overrides[1]"),
+    ("result.json", "test_accuracy", True, "test_accuracy"), ("result.json", "restarts", True, "restarts"),
+    ("result.json", "wall_time_s", float("nan"), "wall_time_s"), ("failure.json", "rank", True, "rank"),
+    ("remote.json", "job_ids", "4711", "job_ids"), ("remote.json", "job_ids", ["12", {"x": 1}], "job_ids[1]"),
+    ("remote.json", "created", True, "created"), ("remote.json", "tasks", True, "tasks"),
+    ("remote.json", "login", ["mylab"], "login"), ("remote.json", "remote_run_dir", 7, "remote_run_dir"),
+]
+
+
+def read(record: str, data: dict[str, Any], folder: Path) -> dict[str, Any] | None:
+    """`data` written as `record` in `folder` and read back through the reader every command uses
+    (remote.json's: launcher.remote.record, its fields as the record has them)."""
+    from dataclasses import asdict
+
+    from launcher.remote.record import read_remote_record
+    from launcher.rundir import record as records
+
+    (folder / record).write_text(json.dumps(data))
+    if record == "remote.json":
+        run = read_remote_record(folder)
+        return None if run is None else {key: value for key, value in asdict(run).items() if key in data}
+    return records.read_json(folder / record)
+
+
+@pytest.mark.parametrize("record", sorted(HEALTHY))
+def test_the_reader_takes_each_record_as_written(tmp_path: Path, record: str) -> None:
+    assert read(record, HEALTHY[record], tmp_path) == json.loads(json.dumps(HEALTHY[record]))
+
+
+@pytest.mark.parametrize("record,key,value,named", MISSHAPEN, ids=[f"{r}-{n}" for r, _, _, n in MISSHAPEN])
+def test_the_reader_refuses_a_field_of_the_wrong_shape_naming_it(tmp_path: Path, record: str, key: str, value: Any,
+                                                                 named: str) -> None:
+    from trainer.config.schema import ConfigError
+
+    with pytest.raises(ConfigError) as refused:
+        read(record, {**HEALTHY[record], key: value}, tmp_path)
+    assert str(refused.value).startswith(f"{tmp_path / record}: field '{named}' has invalid value "), refused.value
+
+
+@pytest.mark.parametrize("key,value,named", [("created", True, "created"), ("job_ids", ["12", {"x": 1}], "job_ids[1]"),
+                                             ("task_jobs", [["4999998"], ["4999999", {"x": 1}]], "task_jobs[1][1]")])
+@pytest.mark.parametrize("command", ["status", "cancel"])
+def test_status_and_cancel_refuse_a_misshapen_run_record_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                     command: str, key: str, value: Any,
+                                                                     named: str) -> None:
+    """As users call them: exit 2 and one `error:` line naming run.json and the field, not an answer
+    read from the healthy-looking first item (or from `true` taken for the number 1)."""
+    make_run(tmp_path / "run", ("run.json", key, value))
+    code, out, err = call([command, str(tmp_path / "run")], capsys)
+    assert code == 2 and out == "", out
+    assert err.count("\n") == 1 and err.startswith(f"error: {tmp_path / 'run' / 'run.json'}: field '{named}' has "
+                                                   "invalid value "), err
+
+
+@pytest.mark.parametrize("value,named", [("4711", "job_ids"), (["12", {"x": 1}], "job_ids[1]"), (True, "job_ids")])
+@pytest.mark.parametrize("command", [["status"], ["cancel"], ["--after"]])
+def test_a_misshapen_remote_record_is_one_error_in_status_cancel_and_after(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, command: list[str],
+        value: Any, named: str) -> None:
+    """remote.json's `job_ids` as the string "4711" made `--after` depend on jobs 4, 7 and 1 (a string
+    read as a list); a list of a good id and an object read as healthy. Each is one `error:` line
+    naming the file and the field, exit 2, nothing queued, no connection made."""
+    monkeypatch.setenv("DDP_SUBMIT_SSH", "/nonexistent/ssh")  # nothing may connect
+    (tmp_path / "mylab.yaml").write_text("extends: slurm-cpu\nlogin: mylab\n")
+    far = tmp_path / "runs" / "far"
+    far.mkdir(parents=True)
+    (far / "remote.json").write_text(json.dumps({**remote_json(), "job_ids": value}))
+    argv = (["--profile", "mylab.yaml", "--dry-run", "--after", str(far)] if command == ["--after"]
+            else [*command, str(far)])
+    code, out, err = call(argv, capsys)
+    assert code == 2 and "afterok" not in out, out
+    assert err.count("\n") == 1 and err.startswith(f"error: {far / 'remote.json'}: field '{named}' has invalid "
+                                                   "value "), err
+    code, out, _ = call(["list"], capsys)  # listed offline all the same, as unreadable
+    assert code == 0 and "far" in out

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT as REPO
+from tests.helpers import ROOT as REPO, wait_until
 
 pytestmark = pytest.mark.slurm
 
@@ -133,8 +133,10 @@ def test_digits_trains_on_two_nodes_through_the_login(laptop: Laptop) -> None:
 def test_status_logs_and_list_from_the_laptop(laptop: Laptop) -> None:
     assert laptop.finished()[0] == 0
     (record,) = laptop.records()
-    status = laptop.run("status", str(record))
-    assert status.returncode == 0, status.stderr
+    # `--wait` returns once every rank left its result; SLURM may list the job as running a moment
+    # longer (its steps end, the epilog runs) on a loaded machine: status follows the scheduler.
+    status = wait_until(lambda: (done := laptop.run("status", str(record))).returncode == 0
+                        and "COMPLETED" in done.stdout.upper() and done, 120, "status to say COMPLETED")
     assert "COMPLETED" in status.stdout.upper()
     logs = laptop.run("logs", record.name, "--runs-dir", "runs")
     assert logs.returncode == 0 and "epoch" in logs.stdout.lower(), logs.stdout[-2000:] + logs.stderr
@@ -304,34 +306,175 @@ def test_a_user_project_travels_and_an_edit_after_submission_does_not_reach_the_
 
 
 def test_the_project_hash_follows_contents_and_the_dry_run_shows_the_project_rsync(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """In-process: remembered per-file hashes (by size, mtime, inode) never hide an edit, and an
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """In-process: remembered per-file hashes (by size, mtime, ctime, inode) never hide an edit, and an
     unchanged project keeps its address; --dry-run's lines name the project's rsync."""
-    from launcher.cluster.ssh import Connection
-    from launcher.commands import remote, remote_sync
-    from launcher.config.profile import Profile
+    from launcher import filestamp
+    from launcher.commands.main import main
+    from launcher.remote import sync
+    from launcher.remote.connection import Connection
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     (tmp_path / "p").mkdir()
-    (tmp_path / "p" / "a.py").write_text("A = 1\n")
+    (tmp_path / "p" / "a.py").write_text("def main(ctx, config):\n    return {}\n")
     (tmp_path / "p" / "b.py").write_text("B = 1\n")
-    for name in ("a.py", "b.py"):  # old enough to be remembered (a file written just now is re-read)
-        os.utime(tmp_path / "p" / name, (time.time() - 100, time.time() - 100))
-    first, before = remote_sync.project_hash(tmp_path / "p", ["a.py", "b.py"])
-    remembered = json.loads(remote_sync.hash_cache_file(tmp_path / "p").read_text())
+    # Old enough to be remembered: a file changed within RACY_S is re-read (the tool's one rule, filestamp).
+    wait_until(lambda: all(filestamp.settled(filestamp.source_stat(p.stat()), time.time())
+                           for p in (tmp_path / "p").iterdir()),
+               30, "the files to be older than the racy window", poll=0.2)
+    first, before = sync.project_hash(tmp_path / "p", ["a.py", "b.py"])
+    remembered = json.loads(sync.hash_cache_file(tmp_path / "p").read_text())
     assert before == "" and remembered["names"] == ["a.py", "b.py"], remembered
-    assert all(len(entry) == 4 for entry in remembered["entries"]), remembered
-    assert remote_sync.project_hash(tmp_path / "p", ["a.py", "b.py"]) == (first, first)
-    (tmp_path / "p" / "a.py").write_text("A = 2\n")  # same size: the mtime (or inode) gives it away
-    edited, before = remote_sync.project_hash(tmp_path / "p", ["a.py", "b.py"])
-    assert edited != first and before == first
-    (tmp_path / "p" / "a.py").write_text("A = 1\n")
-    assert remote_sync.project_hash(tmp_path / "p", ["a.py", "b.py"])[0] == first, "content, not stat, is the address"
-    lines = remote.dry_run_lines(Profile(executor="slurm", login="mylab"), str(tmp_path / "p"))
-    assert "--files-from=-" in lines and "projects/<content hash>" in lines, lines
+    assert all(len(entry) == 5 for entry in remembered["entries"]), remembered  # the stamp and the content hash
+    assert sync.project_hash(tmp_path / "p", ["a.py", "b.py"]) == (first, first)
+    # Edited in place with its mtime put back (as `cp -p`, `touch -r` or an archive tool do): same size,
+    # mtime and inode; only the ctime tells, as for the snapshot's links. The sync's own rule missed it.
+    original = (tmp_path / "p" / "a.py").read_text()
+    st = (tmp_path / "p" / "a.py").stat()
+    (tmp_path / "p" / "a.py").write_text(original.replace("{}", "[]"))
+    os.utime(tmp_path / "p" / "a.py", ns=(st.st_atime_ns, st.st_mtime_ns))
+    hidden, before = sync.project_hash(tmp_path / "p", ["a.py", "b.py"])
+    assert hidden != first and before == first, "an edit hidden by its mtime"
+    (tmp_path / "p" / "a.py").write_text(original.replace("{}", "()"))  # same size: the mtime (or inode) tells
+    edited, before = sync.project_hash(tmp_path / "p", ["a.py", "b.py"])
+    assert edited not in (first, hidden) and before == hidden
+    (tmp_path / "p" / "a.py").write_text(original)
+    assert sync.project_hash(tmp_path / "p", ["a.py", "b.py"])[0] == first, "content, not stat, is the address"
+    (tmp_path / "p" / "job.yaml").write_text('entrypoint: "a:main"\ntarget_metric: ok\n')
+    (tmp_path / "p" / "mylab.yaml").write_text(PROFILE)
+    monkeypatch.chdir(tmp_path / "p")
+    assert main(["--profile", "mylab.yaml", "--job", "job.yaml", "--dry-run"]) == 0
+    lines = capsys.readouterr().out
+    assert "--files-from=-" in lines and "projects/." in lines and "mylab:~/ddp-submit/projects/." in lines, lines
     # A remote_dir with spaces and a quote: each path one argument, unquoted (rsync -s carries it
     # through its own protocol; a shell quote would become part of the name).
     argv = Connection("mylab", control=tmp_path).files_rsync_argv(tmp_path / "p", "/h/my runs/it's/projects/b",
                                                                   "/h/my runs/it's/projects/a")
     assert "-slc" in argv and "--copy-dest=/h/my runs/it's/projects/a" in argv, argv
     assert argv[-1] == "mylab:/h/my runs/it's/projects/b/", argv
+
+
+def test_the_request_queued_there_is_the_one_the_dry_run_showed(laptop: Laptop, request: pytest.FixtureRequest) -> None:
+    """Plan once: the laptop's `--dry-run --json` and the submission the cluster side queued are the
+    same object: its sbatch script (as submitit wrote it there), its executor parameters (as run.json
+    there recorded them) and its run folder, named as the laptop's record (remote_dir written absolute,
+    so that the dry run knows it without connecting)."""
+    home = laptop.server.run_remote("pwd").stdout.strip()  # type: ignore[attr-defined]
+    args = ["--profile", "mylab.yaml", "--set", f"profile.remote_dir={home}/ddp-submit",
+            "--set", "profile.sbatch_extra.begin=now+1hour", "--set", "job.epochs=1", "--json"]
+    dry = laptop.run(*args, "--dry-run", DDP_SUBMIT_SSH="/nonexistent/ssh")
+    assert dry.returncode == 0, dry.stderr
+    shown = json.loads(dry.stdout.strip().splitlines()[-1])
+    before = set(laptop.records())
+    sent = laptop.run(*args)
+    assert sent.returncode == 0, sent.stdout[-2000:] + sent.stderr
+    job_id = str(json.loads(sent.stdout.strip().splitlines()[-1])["job_id"])
+    request.addfinalizer(lambda: laptop.server.run_remote(f"scancel {job_id}", check=False))  # type: ignore[attr-defined]
+    (record,) = set(laptop.records()) - before
+    remote = json.loads((record / "remote.json").read_text())["remote_run_dir"]
+    shown_dir, name = Path(shown["run_dir"]), record.name
+    assert shown_dir.parent == Path(home, "ddp-submit", "runs") and Path(remote) == shown_dir.parent / name
+    there = json.loads(laptop.server.run_remote(f"cat {remote}/run.json").stdout)  # type: ignore[attr-defined]
+    script = laptop.server.run_remote(  # type: ignore[attr-defined]
+        f"cat $(find {remote}/logs -name '*_submission.sh' | head -1)").stdout
+    renamed = lambda text: text.replace(shown_dir.name, name)  # noqa: E731  (the dry run's second, the run's)
+    assert there["run_dir"] == remote and there["executor_parameters"] == json.loads(
+        renamed(json.dumps(shown["executor_parameters"]))), (there["executor_parameters"], shown["executor_parameters"])
+    assert script and script == renamed(shown["sbatch_script"]), (script, shown["sbatch_script"])
+    kept = json.loads(laptop.server.run_remote(  # type: ignore[attr-defined]
+        f"cat {home}/ddp-submit/submissions/{name}.json").stdout)
+    assert kept["submission"]["run_dir"] == remote and kept["submission"]["profile"]["login"] == ""
+
+
+def test_an_ssh_uri_login_reaches_the_cluster_side(laptop: Laptop, tmp_path: Path) -> None:
+    """`login: ssh://user@host:port` (OpenSSH's own form): ssh and rsync reach the same account, the
+    port passed as -p; the cluster side then refuses an unknown partition, so nothing is queued."""
+    from tests import sshd
+
+    login = f"ssh://{sshd.USER}@127.0.0.1:{laptop.server.port}"  # type: ignore[attr-defined]
+    done = laptop.run("--profile", "mylab.yaml", "--set", f"profile.login={login}", "--set",
+                      f"profile.runs_dir={tmp_path}", "--set", "profile.partition=nosuch")
+    assert done.returncode == 2 and "nosuch" in done.stderr, done.stdout + done.stderr
+    assert f"file(s) sent to {sshd.USER}@127.0.0.1:/" in done.stdout, done.stdout
+    assert not list(tmp_path.glob("*/remote.json")), "refused there: no local record"
+
+
+@pytest.mark.parametrize("login, shown, rsync_dest", [
+    ("ssh://mylab", "-- mylab ", " 'mylab:"), ("ssh://alice@mylab", "-- alice@mylab ", " 'alice@mylab:"),
+    ("ssh://alice@login.example.org:2222", "-p 2222 -- alice@login.example.org ", "-p 2222' /"),
+    ("ssh://[::1]:22", "-p 22 -- ::1 ", " '[::1]:~/"), ("alice@mylab", "-- alice@mylab ", " 'alice@mylab:"),
+])
+def test_an_ssh_login_in_either_openssh_form_is_taken(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                      login: str, shown: str, rsync_dest: str) -> None:
+    """`login:` as ssh takes it: an alias, user@host, or ssh://[user@]host[:port]; the port travels
+    as -p to ssh and to rsync's ssh alike (the dry run shows the commands as they will run)."""
+    from launcher.commands.main import main
+
+    (tmp_path / "mylab.yaml").write_text(PROFILE)
+    code = main(["--profile", str(tmp_path / "mylab.yaml"), "--set", f"profile.login={login}", "--dry-run"])
+    out = capsys.readouterr().out
+    assert code == 0 and shown in out, out[:3000]
+    rsync = next(line for line in out.splitlines() if line.startswith("# 2."))
+    assert rsync_dest in rsync and ("-p " in rsync) == ("-p " in shown), rsync
+
+
+@pytest.mark.parametrize("login", ["ssh://", "ssh://mylab:0", "ssh://mylab:65536", "ssh://mylab:port",
+                                   "ssh://mylab/home", "ssh://-oProxyCommand=x", "ssh://alice@", "ssh://al ice@mylab",
+                                   "ssh://alice@-mylab", "-oProxyCommand=x"])
+def test_a_malformed_ssh_login_is_one_error_line_naming_the_key(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                login: str) -> None:
+    from launcher.commands.main import main
+
+    (tmp_path / "mylab.yaml").write_text(PROFILE)
+    code = main(["--profile", str(tmp_path / "mylab.yaml"), "--set", f"profile.login={login}", "--dry-run"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "key 'login'" in err[0] and "ssh://[user@]host[:port]" in err[0], err
+
+
+@pytest.mark.parametrize("value, dry, expected", [
+    ('ssh -F "unclosed', True, "No closing quotation"),  # even a dry run cannot show that command
+    ("/nonexistent/ssh -F cfg", False, "the program '/nonexistent/ssh' is not there"),
+])
+def test_a_bad_ddp_submit_ssh_is_one_error_line_and_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str], value: str,
+                                                                   dry: bool, expected: str) -> None:
+    from launcher.commands.main import main
+
+    monkeypatch.setenv("DDP_SUBMIT_SSH", value)
+    (tmp_path / "mylab.yaml").write_text(PROFILE)
+    code = main(["--profile", str(tmp_path / "mylab.yaml"), "--set", f"profile.runs_dir={tmp_path / 'runs'}",
+                 *(["--dry-run"] if dry else [])])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("error: DDP_SUBMIT_SSH=") and expected in err[0], err
+    assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").iterdir()), "nothing is left"
+    # The operating commands of a run recorded here read the same variable, the same way.
+    record = tmp_path / "runs" / "recorded"
+    record.mkdir(parents=True, exist_ok=True)
+    (record / "remote.json").write_text(json.dumps({"login": "mylab", "remote_dir": "/r", "remote_run_dir": "/r/runs/x",
+                                                    "code": "abc", "job_ids": ["12"]}))
+    code = main(["status", str(record)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and expected in err[0], err
+
+
+@pytest.mark.parametrize("job_ids, expected", [
+    ("4711", "'job_ids' has invalid value '4711'"), (["12", {"x": 1}], "'job_ids[1]'"), (["12", "abc"], "'job_ids[1]'"),
+])
+def test_a_remote_record_whose_job_ids_do_not_fit_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                     job_ids: object, expected: str) -> None:
+    """remote.json's one typed reader (launcher.remote.record): `--after` of a record whose job ids are a
+    string does not depend on jobs 4, 7 and 1; `status` does not relay a record with a foreign id."""
+    from launcher.commands.main import main
+
+    (tmp_path / "mylab.yaml").write_text(PROFILE)
+    record = tmp_path / "recorded"
+    record.mkdir()
+    (record / "remote.json").write_text(json.dumps({"login": "mylab", "remote_dir": "/r", "remote_run_dir": "/r/runs/x",
+                                                    "code": "abc", "job_ids": job_ids}))
+    for argv in (["--profile", str(tmp_path / "mylab.yaml"), "--after", str(record), "--dry-run"],
+                 ["status", str(record)]):
+        code = main(argv)
+        captured = capsys.readouterr()
+        err = captured.err.strip().splitlines()
+        assert code == 2 and len(err) == 1 and expected in err[0] and "remote.json" in err[0], (argv, err)
+        assert "afterok" not in captured.out

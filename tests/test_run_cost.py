@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher.cluster.slurm.usage import cpu_seconds, memory_bytes, usage_from_table
+from launcher.cluster.slurm.accounting import table
+from launcher.cluster.slurm.usage import cpu_seconds, memory_bytes, usage_from_rows
 from launcher.rundir.cost import advice, cost_cell, task_cost
 
 
@@ -41,7 +42,7 @@ SACCT = """JobID|State|ElapsedRaw|TotalCPU|AllocCPUS|NNodes|MaxRSS
 
 
 def test_usage_sums_the_lives_of_a_requeued_job_and_keeps_its_peak() -> None:
-    usage = usage_from_table(SACCT)
+    usage = usage_from_rows(table(SACCT))
     job = usage["258"]
     assert job.elapsed_s == 33 and job.total_cpu_s == pytest.approx(25.88) and job.alloc_cpus == 2
     assert job.max_rss_bytes == 900000 * 1024  # the first life's step peaked higher
@@ -52,7 +53,7 @@ def test_usage_sums_the_lives_of_a_requeued_job_and_keeps_its_peak() -> None:
 
 def test_a_wasteful_run_is_told_which_profile_keys_to_lower() -> None:
     profile = {"cpus_per_task": 4, "mem_per_task": "4G", "time": "1:00:00"}
-    cost = task_cost(usage_from_table(SACCT)["260_1"], profile)
+    cost = task_cost(usage_from_rows(table(SACCT))["260_1"], profile)
     assert cost["mem_requested_mb"] == 4096 and cost["max_rss_mb"] == 100.0
     assert cost_cell(cost) == "cpu 8%, mem 100/4096 MB, 0.0278 node-h"
     lines = advice({1: cost}, profile)
@@ -66,7 +67,7 @@ def test_in_the_torchrun_shape_a_node_tasks_memory_is_measured_against_the_nodes
     # Job 258's step peaked at 900000K (879 MB): over half of one rank's 1G, under half of the node's 2 x 1G.
     tasks = {"cpus_per_task": 1, "mem_per_task": "1G", "time": 2, "tasks_per_node": 2}
     torchrun = {**tasks, "launch": "torchrun"}
-    usage = usage_from_table(SACCT)["258"]
+    usage = usage_from_rows(table(SACCT))["258"]
     assert task_cost(usage, tasks)["mem_requested_mb"] == 1024 and task_cost(usage, tasks)["mem_per"] == "task"
     cost = task_cost(usage, torchrun)
     assert cost["mem_requested_mb"] == 2048 and cost["mem_per"] == "node"
@@ -79,11 +80,11 @@ def test_in_the_torchrun_shape_a_node_tasks_memory_is_measured_against_the_nodes
 
 def test_a_run_that_used_what_it_asked_for_gets_no_advice() -> None:
     profile = {"cpus_per_task": 1, "mem_per_task": "1G", "time": 2}
-    usage = usage_from_table("JobID|State|ElapsedRaw|TotalCPU|AllocCPUS|NNodes|MaxRSS\n"
-                             "9|COMPLETED|100|01:30.000|1|1|\n9.0|COMPLETED|100|01:30.000|1|1|800M\n")
+    usage = usage_from_rows(table("JobID|State|ElapsedRaw|TotalCPU|AllocCPUS|NNodes|MaxRSS\n"
+                                  "9|COMPLETED|100|01:30.000|1|1|\n9.0|COMPLETED|100|01:30.000|1|1|800M\n"))
     assert advice({0: task_cost(usage["9"], profile)}, profile) == []
     # One task that used its CPUs well is enough: the request is right for that point of a sweep.
-    idle = task_cost(usage_from_table(SACCT)["260_1"], profile)
+    idle = task_cost(usage_from_rows(table(SACCT))["260_1"], profile)
     assert not any("cpus_per_task" in line for line in advice({0: idle, 1: task_cost(usage["9"], profile)}, profile))
     # Nor is one CPU per task, however idle, something to lower.
     assert not any("cpus_per_task" in line for line in advice({0: idle}, {**profile, "cpus_per_task": 1}))
@@ -97,10 +98,25 @@ def test_a_sweeps_summary_carries_what_each_task_cost(tmp_path: Path, monkeypatc
     monkeypatch.setattr(results.plots, "write_sweep_plot", lambda *a: None)  # the picture is not the point here
     run = tmp_path / "20261201-100000-sweep"
     make_run(run)
-    cost = task_cost(usage_from_table(SACCT)["260_1"], {"mem_per_task": "4G"})
+    cost = task_cost(usage_from_rows(table(SACCT))["260_1"], {"mem_per_task": "4G"})
     results.collect(run, costs={0: cost}, max_curves=0)
     header, *rows = (run / "summary.csv").read_text().splitlines()
     assert header.endswith(",elapsed_s,cpu_efficiency,max_rss_mb,mem_requested_mb,node_hours")
     task0 = next(r for r in rows if r.startswith("0,"))
     assert task0.endswith(",100.0,0.075,100.0,4096,0.027778"), task0
     assert "| cpu_efficiency |" in (run / "summary.md").read_text()
+
+
+def test_accounting_fields_still_empty_show_as_unknown_never_a_crash() -> None:
+    """A job of a few seconds: sacct may not have (or never get) its steps' MaxRSS, nor a TotalCPU; the
+    cost shows "-" for them and gives no advice it cannot back, instead of failing."""
+    profile = {"cpus_per_task": 2, "mem_per_task": "768M", "time": 10}
+    usage = usage_from_rows(table("JobID|State|ElapsedRaw|TotalCPU|AllocCPUS|NNodes|MaxRSS\n"
+                                  "9|COMPLETED|5||2|1|\n9.batch|COMPLETED|5||1|1|\n9.0|COMPLETED|4||2|1|\n"))
+    cost = task_cost(usage["9"], profile)
+    assert cost["max_rss_mb"] is None and cost["elapsed_s"] == 5 and cost["cpu_efficiency"] is None
+    assert cost_cell(cost) == "cpu -, mem -/768 MB, 0.0014 node-h"
+    assert [line.split(": lower ")[1].split()[0] for line in advice({0: cost}, profile)] == ["time"]
+    nothing = task_cost(usage_from_rows(table("JobID|State|ElapsedRaw|TotalCPU|AllocCPUS|NNodes|MaxRSS\n"
+                                              "9|PENDING|||||\n"))["9"], profile)
+    assert cost_cell(nothing) == "cpu -, mem -/768 MB, 0.0000 node-h" and advice({0: nothing}, profile) == []

@@ -15,7 +15,9 @@ import pytest
 import torch
 
 from tests.cifar_format import random_cifar10
-from tests.helpers import ROOT, last_json, rank_pid, run_submit, wait_until
+from tests.helpers import (ROOT, ended_after_one_requeue, killed_at_exit, last_json, preempt, rank_pid, run_submit,
+                           wait_until)
+from tests.test_exact_resume import _popen_submit
 from trainer.rank import events
 
 SEED = ROOT / "examples" / "seed_cifar10.py"
@@ -73,7 +75,7 @@ def test_seed_script_under_plain_torchrun(tmp_path: Path, cifar: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                            str(SEED), "--data", str(cifar), "--epochs", "1", "--max-steps", "4", "--no-md5"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+                          env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})  # (as installed)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert 0 <= json.loads(proc.stdout.strip().splitlines()[-1])["test_accuracy"] <= 1
 
@@ -146,19 +148,12 @@ def test_plain_script_stopped_by_a_signal_to_one_rank_is_requeued_and_restarts_f
     # task must still read it as a stop (rank 1's note in the run folder), requeue, and both ranks
     # must leave the same way.
     (tmp_path / "plain.yaml").write_text(f"name: plain-script\nscript: {PLAIN_SCRIPT}\nargs: ['160']\n")
-    proc = subprocess.Popen([sys.executable, str(ROOT / "submit.py"), "--job", "plain.yaml", "--json"],
-                            cwd=tmp_path, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
-    try:
+    proc = _popen_submit(["--job", "plain.yaml", "--json"], tmp_path)
+    with killed_at_exit(proc):
         run_dir = wait_until(lambda: next((tmp_path / "runs").glob("*/plain-0-1.started"), None), 120,
                              "the script's first attempt").parent
         os.kill(wait_until(lambda: rank_pid(run_dir, 1), 30, "rank 1's pid"), signal.SIGUSR2)
-        out, err = proc.communicate(timeout=240)
-    finally:
-        proc.kill()
-    assert proc.returncode == 0, err[-3000:]
-    result = last_json(out)
-    assert result["restarts"] == 1 and result["restart_causes"] == {"preemption": 1}
+        result = ended_after_one_requeue(proc, 240)
     assert result["attempt"] == 1 and result["sum"] == 320.0  # the second attempt ran all of it
     log = events.read(run_dir)
     (stopped,) = [e for e in log if e["event"] == "stopped"]
@@ -175,21 +170,13 @@ def test_init_script_on_two_dev_cluster_nodes_preempted_requeues_and_resumes_bit
     (tmp_path / "user.yaml").write_text(f"name: user-script\nscript: {USER_SCRIPT}\nargs: ['8', '0.1']\n")
     reference = run_submit(["--job", "user.yaml", "--json"], cwd=tmp_path)  # uninterrupted, 2 local ranks
     assert reference.returncode == 0, reference.stderr[-3000:]
-    proc = subprocess.Popen([sys.executable, str(ROOT / "submit.py"), "--profile", "dev-cluster", "--job",
-                             str(tmp_path / "user.yaml"), "--set", f"profile.runs_dir={tmp_path / 'slurm'}", "--set", "profile.time=30",
-                             "--wait", "--json"], cwd=ROOT, text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    try:
+    proc = _popen_submit(["--profile", "dev-cluster", "--job", str(tmp_path / "user.yaml"), "--set",
+                          f"profile.runs_dir={tmp_path / 'slurm'}", "--set", "profile.time=30", "--wait", "--json"], ROOT)
+    with killed_at_exit(proc):
         run_dir = wait_until(lambda: next((tmp_path / "slurm").glob("*/run.json"), None), 60, "the run").parent
         wait_until(lambda: (run_dir / "metrics.jsonl").exists(), 180, "the first epoch")
-        job_id = next(e["job_id"] for e in events.read(run_dir) if e["event"] == "started")
-        subprocess.run(["scancel", "--signal=USR2", job_id], check=True, timeout=30)  # a preemption warning
-        out, err = proc.communicate(timeout=400)
-    finally:
-        proc.kill()
-    assert proc.returncode == 0, out[-3000:] + err[-3000:]
-    result = last_json(out)
-    assert result["restarts"] == 1 and result["restart_causes"] == {"preemption": 1}
+        preempt(run_dir)  # a preemption warning
+        result = ended_after_one_requeue(proc, 400)
     assert len(set(result["nodes"])) == 2 and result["steps"] == 128
     log = events.read(run_dir)
     (stopped,) = [e for e in log if e["event"] == "stopped"]
@@ -204,21 +191,13 @@ def test_plain_script_on_two_dev_cluster_nodes_preempted_is_requeued_and_complet
     # SLURM signals every process of the step: both scripts die of USR2 at once, both tasks note it,
     # rank 0's task runs `scontrol requeue`, rank 1's waits for that decision in the shared run folder.
     (tmp_path / "plain.yaml").write_text(f"name: plain-script\nscript: {PLAIN_SCRIPT}\nargs: ['200']\n")
-    proc = subprocess.Popen([sys.executable, str(ROOT / "submit.py"), "--profile", "dev-cluster", "--job",
-                             str(tmp_path / "plain.yaml"), "--set", f"profile.runs_dir={tmp_path / 'slurm'}",
-                             "--set", "profile.time=30", "--wait", "--json"], cwd=ROOT, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    try:
+    proc = _popen_submit(["--profile", "dev-cluster", "--job", str(tmp_path / "plain.yaml"), "--set",
+                          f"profile.runs_dir={tmp_path / 'slurm'}", "--set", "profile.time=30", "--wait", "--json"], ROOT)
+    with killed_at_exit(proc):
         run_dir = wait_until(lambda: next((tmp_path / "slurm").glob("*/plain-0-1.started"), None), 180,
                              "the script's first attempt").parent
-        job_id = next(e["job_id"] for e in events.read(run_dir) if e["event"] == "started")
-        subprocess.run(["scancel", "--signal=USR2", job_id], check=True, timeout=30)
-        out, err = proc.communicate(timeout=400)
-    finally:
-        proc.kill()
-    assert proc.returncode == 0, out[-3000:] + err[-3000:]
-    result = last_json(out)
-    assert result["restarts"] == 1 and result["restart_causes"] == {"preemption": 1}
+        preempt(run_dir)
+        result = ended_after_one_requeue(proc, 400)
     assert result["attempt"] == 1 and result["sum"] == 400.0 and len(set(result["nodes"])) == 2
     (stopped,) = [e for e in events.read(run_dir) if e["event"] == "stopped"]
     assert stopped["requeued"] and stopped["restarts_from_scratch"]

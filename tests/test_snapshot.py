@@ -74,7 +74,7 @@ def test_snapshot_holds_what_git_ships_and_notes_the_commit(project: Path, tmp_p
     run_dir = Path(result["run_dir"])
     code = run_dir / "code"
     assert result["code"] == str(code)  # the tasks imported the copy
-    assert (code / "trainer" / "notes_new.py").is_file() and (code / "launcher" / "node.py").is_file()
+    assert (code / "trainer" / "notes_new.py").is_file() and (code / "launcher" / "node" / "task.py").is_file()
     assert not (code / "trainer" / "__pycache__" / "stale.cpython-311.pyc").exists()
     assert not (code / "jobs").exists() and not (code / "tests").exists()
     note = json.loads((code / "SNAPSHOT.json").read_text())

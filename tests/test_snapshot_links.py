@@ -1,5 +1,5 @@
 """An unchanged re-snapshot links the previous run's copies, and never at the cost of what a run imports
-(launcher/rundir/links.py): in-process, on a git repository made in a temp folder, through the same
+(launcher/rundir/snapshot_links.py): in-process, on a git repository made in a temp folder, through the same
 `survey` + `ensure` the submitter calls (tests/test_your_project.py runs them end to end).
 
 What a user would notice: the code each run holds is the code as it was when that run was submitted,
@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher.rundir import links, snapshot
+from launcher import filestamp
+from launcher.rundir import snapshot
 
 OLD = "X = 'old'\n"
 
@@ -32,7 +33,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / ".gitignore").write_text("runs/\n")
     subprocess.run(["git", "init", "-q"], cwd=root, check=True)
     subprocess.run(["git", "add", "-A"], cwd=root, check=True)
-    time.sleep(links.RACY_S + 0.1)  # older than the racy window: the files may be linked
+    time.sleep(filestamp.RACY_S + 0.1)  # older than the racy window: the files may be linked
     return root
 
 

@@ -209,7 +209,7 @@ def test_watch_on_a_terminal_follows_each_task_from_pending_to_done(six_task_swe
     # Redrawn in place: nothing scrolled into tmux's history, one copy of the view in all tmux holds.
     assert watch["history_size"] == 0, watch["everything"]
     heads = [line for line in watch["everything"] if "task(s):" in line]
-    assert len(heads) == 1 and "6 task(s): 6 done" in heads[0], watch["everything"]
+    assert len(heads) == 1 and "6 task(s): completed — 6 done" in heads[0], watch["everything"]  # status's head line
     # q at the first frame: watch exited 0 while the sweep still ran, and the sweep went on to complete.
     quit_at = watch["quit_at"]
     assert quit_at["sweep_running"] and quit_at["squeue"], quit_at

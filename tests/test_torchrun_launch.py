@@ -1,5 +1,5 @@
 """`launch: torchrun` (issue 20): one SLURM task per node runs torchrun with tasks_per_node
-processes, a c10d rendezvous on the first node, the job id as the run id (launcher/torchrun.py).
+processes, a c10d rendezvous on the first node, the job id as the run id (launcher/node/torchrun_task.py, torchrun_worker.py).
 
 On the dev cluster, 2 nodes x 2 processes (CPU, gloo), all runs at once: the built-in digits job
 (uninterrupted: the reference), a plain torchrun script, a 4-point sweep of a user's entrypoint (one array; each point trains with
@@ -44,12 +44,15 @@ def runs(slurm_cluster: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[
         "failing": ["--set", "job.epochs=50", "--set", "job.fail_at=2:3", "--set", "profile.max_failures=0"],
         "requeued": RESUMABLE,
         "signalled": RESUMABLE,
+        # The same stop signal with no time-out requeue left: submitit refuses the requeue.
+        "refused": [*RESUMABLE, "--set", "profile.max_timeout_requeues=0"],
         "reference": RESUMABLE,  # also the digits run whose logs the tests read
         "script": ["--job", str(tmp / "plain.yaml")],
         "sweep": ["--job", str(tmp / "sweep.yaml"), "--set", "profile.partition=gpu"],
     }
     interrupt = {"requeued": (["scontrol", "requeue"], after_first_checkpoint),
-                 "signalled": (["scancel", "--signal=USR2"], as_torchrun_starts)}
+                 "signalled": (["scancel", "--signal=USR2"], as_torchrun_starts),
+                 "refused": (["scancel", "--signal=USR2"], as_torchrun_starts)}
 
     def run(name: str) -> tuple[Any, float]:
         start = time.monotonic()
@@ -130,6 +133,18 @@ def test_dry_run_shows_one_task_per_node_and_the_torchrun_command(tmp_path: Path
             "--rdzv-endpoint=FIRST_NODE:PORT --rdzv-id=SLURM_JOB_ID") in info["torchrun"]
 
 
+def test_every_rank_is_told_its_own_thread_count_not_its_nodes(tmp_path: Path) -> None:
+    """cpus_per_task is per rank in every shape: 4 ranks of 2 CPUs on a node are one SLURM task of 8
+    CPUs here, and the batch script exported OMP_NUM_THREADS=8 to each of them (trainer.distributed.threads)."""
+    proc = run_submit(["--profile", "slurm-cpu", "--set", "profile.launch=torchrun", "--set",
+                       "profile.tasks_per_node=4", "--set", "profile.cpus_per_task=2", "--dry-run", "--json"],
+                      cwd=tmp_path, timeout=60, env={"SLURM_CONF": str(tmp_path / "none.conf")})
+    assert proc.returncode == 0, proc.stderr
+    lines = last_json(proc.stdout)["sbatch_script"].splitlines()
+    assert {"#SBATCH --ntasks-per-node=1", "#SBATCH --cpus-per-task=8"} <= set(lines), lines
+    assert {f"export {name}=2" for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")} <= set(lines)
+
+
 def test_digits_trains_with_world_size_4_and_a_log_per_rank(runs: dict[str, Any]) -> None:
     proc, _ = runs["reference"]
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -142,6 +157,8 @@ def test_digits_trains_with_world_size_4_and_a_log_per_rank(runs: dict[str, Any]
         hosts += re.findall(rf"rank {rank}/4 on (\S+),", text)
     assert len(hosts) == 4 and len(set(hosts)) == 2, hosts  # one torchrun per node, on two nodes
     assert result["nodes"] == hosts  # each rank's node, as in the tasks shape (not one per node task)
+    # The same result envelope as the tasks shape: which interpreter and which code (the run's snapshot) ran.
+    assert result["python"] and result["code"] == str(Path(result["run_dir"]) / "code"), result
     shown = run_submit(["logs", result["run_dir"], "--rank", "3"], cwd=ROOT, timeout=60)
     assert shown.returncode == 0 and "rank 3/4 on" in shown.stdout, shown.stdout + shown.stderr
 
@@ -212,6 +229,20 @@ def test_a_stop_signal_while_torchrun_starts_requeues_the_run_which_ends_bitwise
     x, y = (torch.load(Path(r["run_dir"]) / "model_final.pt") for r in (a, b))
     assert x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
     assert a["steps"] == b["steps"] == 110 and a["test_loss"] == b["test_loss"]
+
+
+def test_a_refused_requeue_ends_the_run_saying_so_and_how_to_continue(runs: dict[str, Any]) -> None:
+    """The stop signal with no time-out requeue left (max_timeout_requeues: 0): as in the tasks shape, the run
+    fails saying that it was not requeued and how to continue (`--resume`), and its event log says it was
+    not requeued. It was logged as requeued, and ended without a result or that line."""
+    proc, _ = runs["refused"]
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "and not requeued: " in proc.stderr and "continue with: python submit.py --resume " in proc.stderr, \
+        proc.stderr[-3000:]
+    failed = last_json(proc.stdout)
+    (stopped,) = [e for e in events.read(Path(failed["run_dir"])) if e["event"] == "stopped"]
+    assert stopped["signal"] == "USR2" and stopped["requeued"] is False and stopped["reason"] == "timeout", stopped
+    assert not any(e["event"] == "started" for e in events.read(Path(failed["run_dir"]))[1:]), "it came back"
 
 
 def test_a_sweep_of_an_entrypoint_is_one_array_and_every_point_trains_with_world_size_4(

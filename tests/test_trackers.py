@@ -13,12 +13,13 @@ from pathlib import Path
 import pytest
 
 from launcher.config.profile import Profile
-from launcher.request.submission import Point, build
+from launcher.config.resolve import point
+from launcher.request.submission import build
 from tests.helpers import run_submit
 from trainer.config.job import JobConfig
 from trainer.config.schema import build as build_config
 from trainer.config.trackers import MlflowConfig, TrackerConfig, WandbConfig
-from trainer.rank.trackers import RunInfo, Trackers, derived_id
+from trainer.rank.trackers import TrackedRun, Trackers, derived_id
 
 os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
 os.environ.setdefault("WANDB_SILENT", "true")
@@ -32,7 +33,7 @@ def mlflow_runs(uri: str, experiment: str) -> list:
 
 
 def attempt(run_dir: Path, config: TrackerConfig, number: int, steps: range, outcome: str, **info) -> dict:
-    trackers = Trackers(run_dir, config, RunInfo("tracked", {"lr": 0.1, "model": {"width": 8}}, number,
+    trackers = Trackers(run_dir, config, TrackedRun("tracked", {"lr": 0.1, "model": {"width": 8}}, number,
                                                  f"job{number}", "local", commit="abc123", **info))
     ids = {name: run.run_id for name, run in trackers.runs.items()}
     for step in steps:
@@ -69,15 +70,17 @@ def test_two_attempts_are_one_mlflow_run_and_one_wandb_id_with_each_step_once(tm
 def test_a_sweep_is_one_group_with_the_swept_key_as_a_parameter(tmp_path: Path) -> None:
     """The submission names the sweep and each task's swept keys; the trackers group on them."""
     tracker = build_config(TrackerConfig, {"mlflow": {}}, "job.yaml")
-    points = [Point(i, JobConfig(name="swept", lr=lr, tracker=tracker), {"lr": lr}) for i, lr in enumerate((0.1, 0.2, 0.4))]
     sweep_dir = tmp_path / "runs" / "20261201-000000-swept-local"
-    sub = build(Profile(name="local"), points, sweep_dir, is_sweep=True)
+    profile = Profile(name="local", runs_dir=str(sweep_dir.parent))
+    points = [point(profile, i, JobConfig(name="swept", lr=lr, tracker=tracker), {"lr": lr})
+              for i, lr in enumerate((0.1, 0.2, 0.4))]
+    sub = build(profile, points, sweep_dir, is_sweep=True)
     uri = sub.tasks[0].settings.tracker.mlflow.uri
     assert uri == (tmp_path / "runs" / "mlruns").as_uri()  # the default: next to the run folders
     for task in sub.tasks:
         s = task.settings
         Path(s.run_dir).mkdir(parents=True)
-        Trackers(Path(s.run_dir), s.tracker, RunInfo("swept", {"lr": task.job.lr}, 1, "7_" + str(s.task), s.profile,
+        Trackers(Path(s.run_dir), s.tracker, TrackedRun("swept", {"lr": task.job.lr}, 1, "7_" + str(s.task), s.profile,
                                                       s.sweep, s.task, tuple(s.swept))).close("finished")
     _, runs = mlflow_runs(uri, "swept")
     assert len(runs) == 3
@@ -94,7 +97,12 @@ HIDE = "import sys\nsys.modules['wandb'] = None  # as if not installed: importli
     ("tracker: {comet: {}}\n", ["j.yaml", "unknown key 'tracker.comet'", "mlflow", "wandb"]),
     ("tracker: {mlflow: {uri: 'mlruns'}}\n", ["j.yaml", "'tracker.mlflow.uri'", "'mlruns'", "an absolute path"]),
     ("tracker: {wandb: {mode: offline}}\n", ["j.yaml", "'tracker.wandb'", "pip install 'ddp-submit[wandb]'"]),
-], ids=["unknown tracker", "bad uri", "missing library"])
+    # A name the tracker puts in its files and URLs: one line, checked where the job is loaded.
+    ('tracker: {mlflow: {experiment: "digits\\nrm -rf"}}\n', ["j.yaml", "'tracker.mlflow.experiment'",
+                                                            "without control characters", "\\n"]),
+    ('tracker: {wandb: {project: "a\\x1b[2Jb", mode: offline}}\n', ["j.yaml", "'tracker.wandb.project'",
+                                                                  "without control characters"]),
+], ids=["unknown tracker", "bad uri", "missing library", "newline in an experiment", "escape in a project"])
 def test_bad_tracker_input_is_one_error_line_and_nothing_queued(tmp_path: Path, job: str, expected: list[str]) -> None:
     (tmp_path / "j.yaml").write_text("extends: digits\n" + job)
     (tmp_path / "hide" / "sitecustomize.py").parent.mkdir()

@@ -92,7 +92,9 @@ def test_a_frame_shows_each_tasks_state_progress_and_curve_best_first(sweep: tup
     watcher = Watcher(run_dir)
     watcher.refresh()
     lines = text_of(watcher)
-    assert "3 task(s): 1 done, 1 failed, 1 running; sorted by test_accuracy (max)" in lines[0]
+    # The head line is `status`'s own (with done for completed).
+    assert lines[0].startswith(f"run {run_dir}: scale on local (local), ") and \
+        "3 task(s): running — 1 done, 1 failed, 1 running; sorted by test_accuracy (max)" in lines[0], lines[0]
     rows = [line.split() for line in lines[2:]]
     assert len(rows) == 3, lines
     # Task 0 (0.9 from its result) first, then the running task 2 (0.5), then task 1 without a value.
@@ -218,6 +220,35 @@ def test_a_pending_task_says_why_it_waits_and_when_it_should_start() -> None:
 
     at = time.mktime((2026, 12, 1, 15, 20, 0, 0, 0, -1))
     assert _state_text(TaskState(0, "7_0", "pending", reason="Resources", expected_start=at), "pending") == \
-        "pending (Resources, from 15:20)"
+        "pending (Resources, expected to start 15:20)"
+    assert _state_text(TaskState(0, "7_0", "pending", expected_start=at), "pending") == \
+        "pending (queued, expected to start 15:20)"  # as `status` says it (operate.waiting_text)
     assert _state_text(TaskState(0, "7_0", "pending"), "pending") == "pending"
     assert _state_text(TaskState(0, "7_0", "running", reason="stale"), "running") == "running"
+
+
+def test_the_attempt_column_is_the_attempt_that_status_and_the_trainer_count(tmp_path: Path,
+                                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """A task's second attempt (it stopped and requeued, started again and resumed from its checkpoint)
+    is attempt 2 in `watch`, in `status --json` and for the trainer (trainer.rank.events, which the
+    trackers are told): `watch` counted the "resumed" event as an attempt too, and showed 3."""
+    from tests.test_cli_in_process import call
+    from trainer.rank import events
+
+    run_dir = tmp_path / "runs" / "sweep"
+    local_sweep(run_dir, 2)
+    folder, now = run_dir / "task-0000", time.time()
+    log = [{"event": "started", "time": now - 60, "job_id": "9000000_0"},
+           {"event": "stopped", "time": now - 50, "step": 22, "requeued": True, "reason": "timeout", "signal": "USR2"},
+           {"event": "started", "time": now - 40, "job_id": "9000000_0"},
+           {"event": "resumed", "time": now - 39, "step": 22},
+           {"event": "finished", "time": now - 1}]
+    (folder / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in log))
+    watcher = Watcher(run_dir)
+    watcher.refresh()
+    rows = {row[0]: row for row in (line.split() for line in text_of(watcher)[2:])}
+    assert rows["0"][2] == "2" and rows["1"][2] == "1", rows
+    code, out, err = call(["status", str(run_dir), "--json", "--no-collect"], capsys)
+    assert code == 0, err
+    assert [json.loads(line)["attempts"] for line in out.splitlines()] == [2, 1]
+    assert events.attempt_number(folder) == 2 and events.attempt_number(run_dir / "task-0001") == 1

@@ -154,3 +154,18 @@ def test_python_api_round_trip_from_the_installed_wheel(venv: Path, empty: Path)
     assert Path(first["result"]["run_dir"]).parent == empty / "runs"
     assert "unknown key 'config.stepz'" in second["refused"] and "<stdin>" in second["refused"]
     assert [p.name for p in (empty / "tmp").iterdir() if not p.name.startswith("torchinductor_")] == []
+
+
+def test_the_readmes_own_code_example_runs_from_the_installed_wheel(venv: Path, empty: Path) -> None:
+    """README, "Your own code": mymodel.py and tiny.yaml as the reader creates them in a folder of their own,
+    run by the installed command (2 local ranks) with the README's own command line."""
+    from tests.test_readme import readers_files
+
+    files = readers_files()
+    for name in ("mymodel.py", "tiny.yaml"):
+        (empty / name).write_text(files[name])
+    proc = command(venv, ["--job", "tiny.yaml", "--set", "job.config.lr=0.05", "--json"], empty, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = last_json(proc.stdout)
+    assert result["world_size"] == 2 and result["steps"] == 60 and result["accuracy"] > 0.75, result
+    assert Path(result["run_dir"]).parent == empty / "runs"

@@ -15,7 +15,7 @@ from collections.abc import Callable
 PREFLIGHTS = {"slurm": "launcher.cluster.slurm.limits:check"}
 
 
-def preflight(executor: str) -> Callable[..., int | None] | None:
+def scheduler_preflight(executor: str) -> Callable[..., int | None] | None:
     """The preflight of `executor`, or None where there is nothing to ask (local, debug)."""
     target = PREFLIGHTS.get(executor)
     if target is None:

@@ -9,6 +9,7 @@ Nothing here imports torch or submitit.
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -21,13 +22,16 @@ from trainer.config.job import JOB_FILES
 KINDS = {"profiles": PROFILE_FILES, "jobs": JOB_FILES}
 
 
-def _listing(kind: str, argv: list[str]) -> int:
-    folder, shipped = KINDS[kind].folder, KINDS[kind].shipped
+def _listing_parser(kind: str) -> ArgumentParser:
     parser = ArgumentParser(prog=f"submit.py list-{kind}",
                             description=f"List the {kind} a name can stand for, in lookup order (the first "
                                         f"file of a name wins).")
     parser.add_argument("--json", action="store_true", help="one JSON object per file")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _listing(kind: str, args: argparse.Namespace) -> int:
+    folder, shipped = KINDS[kind].folder, KINDS[kind].shipped
     rows = lookup.catalog(folder, shipped)
     if args.json:
         for place, name, path, used in rows:
@@ -44,22 +48,33 @@ def _listing(kind: str, argv: list[str]) -> int:
     return EXIT_OK
 
 
-def list_profiles(argv: list[str]) -> int:
-    return _listing("profiles", argv)
+def list_profiles_parser() -> ArgumentParser:
+    return _listing_parser("profiles")
 
 
-def list_jobs(argv: list[str]) -> int:
-    return _listing("jobs", argv)
+def list_profiles(args: argparse.Namespace) -> int:
+    return _listing("profiles", args)
 
 
-def show(argv: list[str]) -> int:
+def list_jobs_parser() -> ArgumentParser:
+    return _listing_parser("jobs")
+
+
+def list_jobs(args: argparse.Namespace) -> int:
+    return _listing("jobs", args)
+
+
+def show_parser() -> ArgumentParser:
     parser = ArgumentParser(prog="submit.py show",
                             description="Which files a profile and a job resolve to (with what they extend).")
     parser.add_argument("--profile", default="local", help="NAME or path (default: local)")
     parser.add_argument("--job", default="digits", help="NAME or path (default: digits)")
     parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--json", action="store_true", help="one JSON object")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def show(args: argparse.Namespace) -> int:
     resolved = resolve(args.profile, args.job, args.sets)
     if args.json:
         print(json.dumps({"profile": resolved.profile_source, "job": resolved.job_source}))

@@ -1,4 +1,6 @@
-"""Console output and exit codes, shared by every command."""
+"""Console output and exit codes, shared by every command (the command line's own helper): one line per
+error with every control character escaped (`escaped`, `error_line`), --json's last line (`emit`).
+Rank 0's output while a local run is waited for is echoed by launcher.request.echo."""
 
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ class ArgumentParser(argparse.ArgumentParser):
         super().__init__(*args, prog=prog, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(EXIT_BAD_INPUT, f"error: {one_line(message)} (see {self.prog} --help)\n")
+        self.exit(EXIT_BAD_INPUT, f"error: {escaped(message)} (see {self.prog} --help)\n")
 
 
 # Everything str.splitlines() breaks a line at, and every other control character (C0, DEL, C1:
@@ -36,14 +38,14 @@ _ESCAPED = {c: repr(c)[1:-1] if repr(c)[1] == "\\" else f"\\x{ord(c):02x}"
             for c in [*map(chr, range(0x20)), *map(chr, range(0x7f, 0xa0)), "\u2028", "\u2029"]}
 
 
-def one_line(text: str) -> str:
+def escaped(text: str) -> str:
     """`text` with every line break and control character shown escaped (as repr() would), so it
     prints as one line and changes nothing on the terminal."""
     return "".join(_ESCAPED.get(c, c) for c in str(text))
 
 
 def error_line(message: object) -> str:
-    return f"error: {one_line(str(message))}"
+    return f"error: {escaped(str(message))}"
 
 
 def emit(human: str, payload: dict[str, Any], as_json: bool) -> None:

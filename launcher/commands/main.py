@@ -1,38 +1,49 @@
-"""Command line: parse, dispatch, report errors. The work itself lives in the other modules.
+"""Command line: parse, dispatch, report errors. The work itself lives in the verbs' modules.
 
     submit.py [--profile P] [--job J] [--set K=V ...] [--dry-run] [--json] [--wait] [--after RUN]
     submit.py --resume RUN [--set K=V ...] [--dry-run] [--json] [--wait]
-    submit.py status|logs|cancel|list|probe|list-profiles|list-jobs|show ...
+    submit.py status|logs|cancel|watch|list|probe|list-profiles|list-jobs|show ...
     (installed: the same as `ddp-submit ...`)
+
+A command on one run (a RUN argument: its parser's `run`, or `--resume RUN`) whose RUN is the local
+record of a submission over SSH runs on the cluster side (launcher.remote.relay): which commands do,
+and which of their options take a value, is read from their parsers here, not listed by hand.
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import os
 import sys
 from collections.abc import Callable
 
-from launcher.commands import relay
-from launcher.commands.console import EXIT_BAD_INPUT, EXIT_FAILED, ArgumentParser, error_line, one_line
-from launcher.request.errors import PartiallySubmitted
+from launcher.commands.console import EXIT_BAD_INPUT, EXIT_FAILED, ArgumentParser, error_line, escaped
+from launcher.request.errors import LostAfterSending, PartiallySubmitted
 from trainer.config.schema import ConfigError
 
-# Each command as "module:function" of this wing, imported only when that command runs (as pip's
-# command registry does): submitting (and --dry-run, what users wait for most) does not load the
-# operating commands, and `status` does not load the submit path. benchmarks/submitter.py measures it.
+# Each command as "module:function" of this wing; the module also has `function_parser()`. Imported
+# only when that command runs (as pip's command registry does): submitting (and --dry-run, what
+# users wait for most) does not load the operating commands, and `status` does not load the submit
+# path. benchmarks/submitter.py measures it. (`receive`: the cluster side of a submission over SSH.)
 COMMANDS = {
-    "status": "operate:status", "logs": "operate:logs", "cancel": "operate:cancel", "list": "operate:list_runs",
-    "probe": "probe:main", "list-profiles": "catalog:list_profiles", "list-jobs": "catalog:list_jobs",
-    "show": "catalog:show", "watch": "watch:main",
+    "status": "operate:status", "logs": "operate:logs", "cancel": "operate:cancel", "list": "recent:list_runs",
+    "probe": "probe:probe", "list-profiles": "catalog:list_profiles", "list-jobs": "catalog:list_jobs",
+    "show": "catalog:show", "watch": "watch:watch", "receive": "receive:receive",
 }
-# A new run's --dry-run only plans (launcher.commands.plan): it never loads the sending code.
-SUBMIT, PREVIEW, RESUME = "submit:submit", "plan:preview", "resume:resume"
+SUBMIT, RESUME = "submit:submit_new_run", "resume:resume"
 
 
 def load(target: str) -> Callable[..., int]:
     module, _, function = target.partition(":")
     return getattr(importlib.import_module(f"launcher.commands.{module}"), function)  # type: ignore[no-any-return]
+
+
+def parser_of(command: str) -> argparse.ArgumentParser:
+    """The parser of `command` ("": submitting, the main parser)."""
+    if not command:
+        return submit_parser()
+    return load(COMMANDS[command] + "_parser")()  # type: ignore[return-value]
 
 
 def submit_parser() -> ArgumentParser:
@@ -68,28 +79,28 @@ def main(argv: list[str] | None = None) -> int:
     # local processes and SLURM jobs it starts, which inherit the umask) is private to the user.
     os.umask(0o077)
     try:
-        # A run recorded by a submission over SSH is operated on the cluster side (launcher.commands.remote).
-        if (argv[:1] and argv[0] in ("status", "logs", "cancel", "watch") or "--resume" in argv) and (
-                (code := load("remote_runs:relayed")(argv)) is not None):
+        command, words = (argv[0], argv[1:]) if argv and argv[0] in COMMANDS else ("", argv)
+        parser = parser_of(command)
+        args = parser.parse_args(words)
+        if (code := over_ssh(parser, command, words, args)) is not None:
             return code
-        if argv and argv[0] in COMMANDS:
-            return load(COMMANDS[argv[0]])(argv[1:])
-        args = submit_parser().parse_args(argv)
-        relay.VERBOSE = args.verbose
+        if command:
+            return load(COMMANDS[command])(args)
         if args.resume is None:
             if args.runs_dir is not None:  # silently unused otherwise: a new run goes to the profile's runs_dir
                 raise ConfigError(f"--runs-dir {args.runs_dir}: only --resume reads it (where to find RUN); a new "
                                   f"run goes to the profile's runs_dir (--set profile.runs_dir=FOLDER)")
             args.job = "digits" if args.job is None else args.job
+            return load(SUBMIT)(args, argv)
         # `is None`, not falsiness: `--resume ''` names a run (refused as such), never a new submission.
-        return load(RESUME if args.resume is not None else PREVIEW if args.dry_run else SUBMIT)(args, argv)
+        return load(RESUME)(args, argv)
     except ConfigError as err:
         print(error_line(err), file=sys.stderr)
         if getattr(err, "details", ""):  # the user's own traceback frames (trainer.runners.entrypoints)
             # Line by line, so the frames keep their lines while any control byte in them is escaped.
-            print("\n".join(map(one_line, str(err.details).splitlines())), file=sys.stderr)  # type: ignore
+            print("\n".join(map(escaped, str(err.details).splitlines())), file=sys.stderr)  # type: ignore
         return EXIT_BAD_INPUT
-    except PartiallySubmitted as err:
+    except (PartiallySubmitted, LostAfterSending) as err:
         print(error_line(err), file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:
@@ -101,3 +112,54 @@ def main(argv: list[str] | None = None) -> int:
         # status is what a shell reports for a process ended by SIGPIPE.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + 13
+
+
+def over_ssh(parser: argparse.ArgumentParser, command: str, words: list[str], args: argparse.Namespace) -> int | None:
+    """A command on one run recorded here by a submission over SSH, run on the cluster side; None: not one.
+    The run is the parser's `run` (RUN) or `resume` (--resume RUN); RUN is replaced there by the run
+    folder there, and this machine's --profile and --runs-dir dropped (the cluster side has neither)."""
+    dest = "run" if command else "resume"
+    word = getattr(args, dest, None)
+    if word is None:
+        return None
+    from launcher.remote import record  # (only for a command on a run: `--help` and a new run load none of it)
+
+    if (folder := record.find(word, getattr(args, "profile", "local"), getattr(args, "runs_dir", None))) is None:
+        return None
+    run = record.read_remote_record(folder)
+    assert run is not None
+    from launcher.remote.relay import relay
+
+    rest = _replaced(parser, words, dest, run.remote_run_dir, dropped=("profile", "runs_dir"))
+    tty = command == "watch" and sys.stdin.isatty() and sys.stdout.isatty()  # it redraws there, and reads `q`
+    return relay(folder, run, [*([command] if command else []), *rest], tty)
+
+
+def _replaced(parser: argparse.ArgumentParser, words: list[str], dest: str, value: str,
+              dropped: tuple[str, ...]) -> list[str]:
+    """`words` with the word that fills `dest` replaced by `value`, and the options of `dropped` left
+    out; which words are options' values is read from the parser (its options that take one)."""
+    options = {s: action for action in parser._actions for s in action.option_strings}
+    out: list[str] = []
+    positional_done, i = False, 0
+    while i < len(words):
+        word = words[i]
+        name, eq, attached = word.partition("=")
+        action = options.get(name if word.startswith("--") else word)
+        if action is not None:
+            takes = action.nargs != 0
+            given = [word] if eq or not takes else words[i:i + 2]
+            i += len(given)
+            if action.dest in dropped:
+                continue
+            if action.dest == dest:
+                given = [f"{name}={value}"] if eq else [word, value]
+            out += given
+            continue
+        if not word.startswith("-") and dest == "run" and not positional_done:
+            out.append(value)
+            positional_done = True
+        else:
+            out.append(word)
+        i += 1
+    return out

@@ -1,9 +1,8 @@
-"""Operating runs from the command line: `status`, `logs`, `cancel`, `list`, and waiting for a sweep.
+"""Operating a run from the command line: `status`, `logs`, `cancel` (`list`: launcher.commands.recent).
 
     python submit.py status [RUN] [--json]        state of each task (and rebuild the sweep's summary)
     python submit.py logs RUN [--task I] [--rank R] [--err] [--follow]
     python submit.py cancel RUN
-    python submit.py list [-n N] [--json]
 
 RUN is a run folder, or its name under the runs folder: `--runs-dir`, else the `runs_dir` of
 `--profile` (default: local). Nothing here imports torch: these commands answer in well under a
@@ -27,26 +26,28 @@ from launcher.commands.console import EXIT_FAILED, EXIT_OK, ArgumentParser, over
 from launcher.config.resolve import runs_dir
 from launcher.rundir import exclusions, layout, record, restarts, results, retries
 from launcher.rundir.cost import advice, cost_cell, run_costs
-from launcher.rundir.record import RunInfo, find_run, load_run, run_folders
+from launcher.rundir.record import RecordedRun, find_run, load_run
 from launcher.rundir.states import ACTIVE, TaskState, task_states
 from trainer.config.schema import ConfigError
 
 # ----- finding runs --------------------------------------------------------------------------------
 
-def _add_runs_dir_arguments(parser: argparse.ArgumentParser) -> None:
+def add_runs_dir_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile", default="local",
                         help="look for runs in this profile's runs_dir (default: local)")
     parser.add_argument("--runs-dir", help="where runs are (default: the profile's runs_dir)")
 
 
-def _add_run_arguments(parser: argparse.ArgumentParser, required: bool) -> None:
+def add_run_arguments(parser: argparse.ArgumentParser, required: bool) -> None:
+    """RUN (dest `run`: launcher.commands.main relays a command on a run recorded by a submission over
+    SSH to the cluster side) and where to look for it."""
     parser.add_argument("run", nargs=None if required else "?", metavar="RUN",
                         help="run folder, or its name under the runs folder" + ("" if required else
                                                                                 " (default: the newest run)"))
-    _add_runs_dir_arguments(parser)
+    add_runs_dir_arguments(parser)
 
 
-def _find(args: argparse.Namespace) -> Path:
+def find(args: argparse.Namespace) -> Path:
     return find_run(args.run, runs_dir(args.profile, args.runs_dir))
 
 
@@ -59,15 +60,18 @@ def _duration(seconds: float | None) -> str:
 
 # ----- status --------------------------------------------------------------------------------------
 
-def status(argv: list[str]) -> int:
+def status_parser() -> ArgumentParser:
     parser = ArgumentParser(prog="submit.py status", description="State of each task of a run (pending, "
                             "running, completed, failed, requeued, cancelled, timeout) and its restarts; also "
                             "(re)builds a sweep's summary.csv/summary.md/summary.png and each run's curves.png.")
-    _add_run_arguments(parser, required=False)
+    add_run_arguments(parser, required=False)
     parser.add_argument("--json", action="store_true", help="one JSON object per line, one per task")
     parser.add_argument("--no-collect", action="store_true", help="only show the states; write no files")
-    args = parser.parse_args(argv)
-    run_dir = _find(args)
+    return parser
+
+
+def status(args: argparse.Namespace) -> int:
+    run_dir = find(args)
     info = load_run(run_dir)
     states = task_states(info)
     costs = run_costs(info, states)  # SLURM: what each finished task used, from sacct
@@ -88,15 +92,31 @@ def status(argv: list[str]) -> int:
     return EXIT_OK
 
 
-def _status_text(info: RunInfo, states: list[TaskState], summary: dict[str, Any] | None,
-                 costs: dict[int, dict[str, Any]]) -> str:
-    metric, _ = info.target
+def head_line(info: RecordedRun, states: list[TaskState], shown: dict[str, str] | None = None) -> str:
+    """The first line of `status` and of `watch`: the run, its job, profile and executor, and how many
+    tasks are in each state (`shown`: another name for a state, as `watch` says done for completed)."""
     counts: dict[str, int] = {}
     for ts in states:
-        counts[ts.state] = counts.get(ts.state, 0) + 1
-    head = (f"run {relative(info.run_dir)}: {info.job.get('name', '?')} on {info.profile.get('name', '?')} "
+        name = (shown or {}).get(ts.state, ts.state)
+        counts[name] = counts.get(name, 0) + 1
+    return (f"run {relative(info.run_dir)}: {info.job.get('name', '?')} on {info.profile.get('name', '?')} "
             f"({info.executor}), {len(states)} task(s): {results.overall_state(states)} — "
             + ", ".join(f"{n} {s}" for s, n in counts.items()))
+
+
+def waiting_text(ts: TaskState, clock: str = "%Y-%m-%d %H:%M:%S") -> str:
+    """Why a pending task waits and when SLURM expects it to start, where it says (`status` and `watch`):
+    `Resources, expected to start 15:20` ("" for a task that is not waiting)."""
+    if not ts.waiting:
+        return ""
+    when = f", expected to start {time.strftime(clock, time.localtime(ts.expected_start))}" if ts.expected_start else ""
+    return f"{ts.reason or 'queued'}{when}"
+
+
+def _status_text(info: RecordedRun, states: list[TaskState], summary: dict[str, Any] | None,
+                 costs: dict[int, dict[str, Any]]) -> str:
+    metric, _ = info.target
+    head = head_line(info, states)
     rows = [["task", "state", "restarts", "job id", "wall", metric, *(["cost"] if costs else []), "overrides",
              "error"]]
     for ts in states:
@@ -106,7 +126,7 @@ def _status_text(info: RunInfo, states: list[TaskState], summary: dict[str, Any]
                      f"{value:.4f}" if isinstance(value, (int, float)) else "-",
                      *([cost_cell(costs.get(ts.task))] if costs else []), overrides_text(ts.overrides),
                      (f"rank {ts.failed_rank}: " if ts.failed_rank is not None else "") + ts.error
-                     + _waiting_text(ts) + broken])
+                     + (f"waiting: {waiting_text(ts)}" if ts.waiting else "") + broken])
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     lines = [head] + ["  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1] for r in rows]
     if summary and summary.get("summary_csv"):
@@ -135,29 +155,23 @@ def _recorded_result(ts: TaskState) -> tuple[dict[str, Any] | None, str]:
     return ts.result or recorded, ""
 
 
-def _waiting_text(ts: TaskState) -> str:
-    """Why a pending task waits, and when SLURM expects it to start (where it says)."""
-    if ts.state not in ("pending", "requeued") or not (ts.reason or ts.expected_start):
-        return ""
-    when = (f", expected to start {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(ts.expected_start))}"
-            if ts.expected_start else "")
-    return f"waiting: {ts.reason or 'queued'}{when}"
-
-
 # ----- logs ----------------------------------------------------------------------------------------
 
-def logs(argv: list[str]) -> int:
+def logs_parser() -> ArgumentParser:
     parser = ArgumentParser(prog="submit.py logs", description="Print a task's log (submitit's files under "
                             "RUN/logs/<job id>/), by default task 0, rank 0, standard output.")
-    _add_run_arguments(parser, required=True)
+    add_run_arguments(parser, required=True)
     parser.add_argument("--task", type=int, default=0, help="sweep task index (default 0)")
     parser.add_argument("--rank", type=int, default=0, help="rank within the task (default 0)")
     parser.add_argument("--err", action="store_true", help="standard error instead (tracebacks, submitit's log)")
     parser.add_argument("--follow", "-f", action="store_true", help="keep printing until the task ends")
     parser.add_argument("--attempt", type=int, default=-1,
                         help="which submission of a resubmitted task (0 = first; default: the latest)")
-    args = parser.parse_args(argv)
-    run_dir = _find(args)
+    return parser
+
+
+def logs(args: argparse.Namespace) -> int:
+    run_dir = find(args)
     info = load_run(run_dir)
     task_jobs = info.task_jobs
     if not 0 <= args.task < len(task_jobs):
@@ -184,7 +198,7 @@ def logs(argv: list[str]) -> int:
     return _follow(info, args.task, path)
 
 
-def _follow(info: RunInfo, task: int, path: Path, poll_s: float = 1.0) -> int:
+def _follow(info: RecordedRun, task: int, path: Path, poll_s: float = 1.0) -> int:
     """Print `path` as it grows until the task is no longer pending or running."""
     position = 0
     last_check, active = 0.0, True
@@ -209,12 +223,15 @@ def _follow(info: RunInfo, task: int, path: Path, poll_s: float = 1.0) -> int:
 
 # ----- cancel --------------------------------------------------------------------------------------
 
-def cancel(argv: list[str]) -> int:
+def cancel_parser() -> ArgumentParser:
     parser = ArgumentParser(prog="submit.py cancel", description="Cancel a run's tasks that are still pending "
                             "or running (scancel on SLURM; the local processes otherwise).")
-    _add_run_arguments(parser, required=True)
-    args = parser.parse_args(argv)
-    run_dir = _find(args)
+    add_run_arguments(parser, required=True)
+    return parser
+
+
+def cancel(args: argparse.Namespace) -> int:
+    run_dir = find(args)
     info = load_run(run_dir)
     states = task_states(info)
     active = [ts for ts in states if ts.state in ACTIVE]
@@ -235,62 +252,3 @@ def cancel(argv: list[str]) -> int:
     record.update_record(run_dir, cancelled_at=time.time())
     print(f"cancelled {len(active)} task(s) of {relative(run_dir)}: {what}", flush=True)
     return EXIT_OK
-
-
-# ----- list ----------------------------------------------------------------------------------------
-
-def list_runs(argv: list[str]) -> int:
-    parser = ArgumentParser(prog="submit.py list", description="Recent runs, newest first: profile, job, "
-                            "tasks, state and best target metric.")
-    _add_runs_dir_arguments(parser)
-    parser.add_argument("-n", type=int, default=20, help="how many runs (default 20)")
-    parser.add_argument("--json", action="store_true", help="one JSON object per line, one per run")
-    args = parser.parse_args(argv)
-    where = runs_dir(args.profile, args.runs_dir)
-    rows = []
-    for run_dir in run_folders(where)[:max(0, args.n)]:
-        try:
-            rows.append(_list_row(run_dir))
-        except (OSError, ValueError, KeyError, TypeError) as err:  # ConfigError is a ValueError
-            rows.append({"run": run_dir.name, "state": f"unreadable ({err})"})
-    from launcher.commands.remote_runs import with_records  # runs submitted over SSH: their local records
-
-    rows = with_records(rows, where, args.n)
-    if args.json:
-        for row in rows:
-            print(json.dumps(row, default=str), flush=True)
-        return EXIT_OK
-    if not rows:
-        print(f"no runs in {where}", flush=True)
-        return EXIT_OK
-    table = [["run", "profile", "job", "tasks", "state", "best"]]
-    for row in rows:
-        best = row.get("best") or {}
-        metric = row.get("target_metric", "")
-        value = best.get(metric) if isinstance(best, dict) else None
-        shown = f"{metric} {value:.4f}" if isinstance(value, (int, float)) else "-"
-        if isinstance(best, dict) and best.get("task") is not None:
-            shown += f" (task {best['task']})"
-        table.append([row["run"], str(row.get("profile", "")), str(row.get("job", "")), str(row.get("tasks", "")),
-                      str(row.get("state", "")), shown])
-    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
-    print("\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in table), flush=True)
-    return EXIT_OK
-
-
-def _list_row(run_dir: Path) -> dict[str, Any]:
-    info = load_run(run_dir)
-    metric, _ = info.target
-    state = str(info.record.get("state") or "").lower()
-    best = info.record.get("best")
-    if state in ("", "running", "pending"):
-        summary = results.collect(run_dir, max_curves=0)
-        state, best = summary["state"], summary["best"]
-        if best:
-            best = {metric: best.get(metric), "task": best.get("task")}
-    elif best is None and (result := record.read_optional(run_dir / layout.RESULT_FILE)) is not None:
-        best = {metric: result.get(metric)}
-    return {"run": run_dir.name, "run_dir": str(run_dir), "profile": info.profile.get("name", ""),
-            "job": info.job.get("name", ""), "executor": info.executor, "tasks": info.num_tasks,
-            "created": info.record.get("created"), "state": state, "target_metric": metric, "best": best}
-

@@ -4,7 +4,7 @@ that checks the nodes' interpreter and prints, for every rank, its node, local r
 
 Run it once per environment: a new profile, a new `python`, `container` or `setup`, or a job that
 imports packages of its own (`--job`). Each task first looks up what the tool needs on a node
-(submitit, torch, yaml, numpy; launcher.envcheck) and, with `--job`, the job's own top-level imports
+(submitit, torch, yaml, numpy; launcher.node.envcheck) and, with `--job`, the job's own top-level imports
 (its entrypoint's module or its script, and the built-in recipe's dataset library), in the profile's
 interpreter or container; every package not installed is named in one `error:` line. It also shows
 whether the scheduler accepts the request, how ranks are spread over nodes, which MASTER_ADDR they
@@ -14,6 +14,7 @@ submitting: 0 ok, 2 bad input (nothing queued), 1 the probe failed (a package mi
 
 from __future__ import annotations
 
+import argparse
 import ast
 import dataclasses
 import importlib.util
@@ -22,13 +23,14 @@ import shlex
 import sys
 from pathlib import Path
 
-from launcher.cluster.said import last_line
+from launcher.cluster.failures import last_line
 from launcher.cluster.slurm import limits, sbatch
 from launcher.commands.console import EXIT_FAILED, EXIT_OK, ArgumentParser
-from launcher.config.resolve import load_profile, parse_overrides, resolve
+from launcher.config.resolve import load_profile, parse_overrides, point, resolve
 from launcher.request import send
-from launcher.request.submission import Point, build
+from launcher.request.submission import build, moved
 from launcher.rundir import layout
+from trainer.config import project
 from trainer.config.job import JobConfig
 from trainer.config.schema import ConfigError
 
@@ -37,7 +39,7 @@ DATASET_MODULES = {"digits": "sklearn", "cifar10": "torchvision"}
 OURS = ("trainer", "launcher", "tests", "__future__")
 
 
-def parser() -> ArgumentParser:
+def probe_parser() -> ArgumentParser:
     p = ArgumentParser(prog="submit.py probe", description=__doc__.split("\n\n")[0])
     p.add_argument("--profile", required=True, help="cluster profile: NAME in cluster_profiles/ or a path")
     p.add_argument("--job", help="also check this job's own imports on the nodes (NAME or path)")
@@ -47,9 +49,8 @@ def parser() -> ArgumentParser:
     return p
 
 
-def main(argv: list[str]) -> int:
-    args = parser().parse_args(argv)
-    from launcher.node import GPU_VARIABLES  # imports submitit: only when probing, not for --help
+def probe(args: argparse.Namespace) -> int:
+    from launcher.node.placement import GPU_VARIABLES  # imports submitit: only when probing, not for --help
     if any(not s.startswith("profile.") for s in args.sets):
         raise ConfigError("--set: the probe takes only profile.KEY=VALUE overrides")
     profile, source = load_profile(args.profile, parse_overrides(args.sets)["profile"])
@@ -58,17 +59,19 @@ def main(argv: list[str]) -> int:
                           f"(the debug executor runs in this process: its interpreter is this one)")
     modules = job_modules(args.job) if args.job else []
     run_dir = layout.new_run_dir(Path(profile.runs_dir), "probe", profile.name)
-    sub = build(profile, [Point(0, JobConfig(name=f"probe-{profile.name}"))], run_dir, is_sweep=False)
+    sub = build(profile, [point(profile, 0, JobConfig(name=f"probe-{profile.name}"))], run_dir, is_sweep=False)
+    if sub.request is not None:
+        limits.check(sub.request, profile.max_array_size, source)
+    if (claimed := layout.claim(run_dir)) != run_dir:  # another probe took the name meanwhile
+        sub, run_dir = moved(sub, claimed), claimed
     if sub.request is not None:  # a probe trains nothing: no retry step around its srun
         request = dataclasses.replace(sub.request, run_dir="")
         sub = dataclasses.replace(sub, request=request, parameters=sbatch.parameters(request))
-    if sub.request is not None:
-        limits.check(sub.request, profile.max_array_size, source)
     reports_dir = run_dir / "environment"
     # The check goes in front of submitit's own start-up, in the same interpreter or container
-    # (launcher.envcheck): it must run where submitit itself may be missing.
+    # (launcher.node.envcheck): it must run where submitit itself may be missing.
     python = sub.python or shlex.quote(sys.executable)
-    checked = f"{python} -m launcher.envcheck --report {shlex.quote(str(reports_dir))} " + \
+    checked = f"{python} -m launcher.node.envcheck --report {shlex.quote(str(reports_dir))} " + \
         " ".join(shlex.quote(m) for m in modules) + " --exec"
     sub = dataclasses.replace(sub, python=checked)
     # The one sending path, with the probe in place of training (in the torchrun shape: under torchrun).
@@ -110,7 +113,7 @@ def read_reports(folder: Path) -> list[dict]:
 
 def failure(source: str, reports_dir: Path, job_id: str, err: Exception) -> str:
     """One line: every package some task could not import, where; else the job's own last words."""
-    from launcher.envcheck import missing_line
+    from launcher.node.envcheck import missing_line
 
     reports = [r for r in read_reports(reports_dir) if r.get("missing")]
     if not reports:
@@ -133,10 +136,13 @@ def job_modules(job_name: str) -> list[str]:
     if not (job.entrypoint or job.script):
         return [DATASET_MODULES[job.dataset]] if job.dataset in DATASET_MODULES else []
     base = Path(job.code_dir or Path.cwd())
+    # Found as the check before queueing and the ranks find it (trainer.config.project's rule).
+    root = job.project_root or str(project.root_for(None, Path.cwd()))
     if job.script:
-        path = Path(job.script) if Path(job.script).is_absolute() else base / job.script
+        path = project.find_script(job.script, Path.cwd(), job.code_dir, root)
     else:
-        path = _module_file(job.entrypoint.partition(":")[0], [str(Path.cwd()), str(base)])
+        folders = project.search_path(Path(root), Path.cwd(), Path(job.code_dir) if job.code_dir else None)
+        path = _module_file(job.entrypoint.partition(":")[0], [str(f) for f in folders])
     if path is None or not path.is_file():
         return []  # the check before queueing names a missing entrypoint or script
     try:
@@ -157,7 +163,7 @@ def job_modules(job_name: str) -> list[str]:
 
 def _module_file(module: str, extra: list[str]) -> Path | None:
     saved = list(sys.path)
-    sys.path.extend(extra)
+    sys.path[:0] = extra  # ahead of installed packages, as the rule puts them
     try:
         spec = importlib.util.find_spec(module.split(".")[0])
         if spec is not None and "." in module:

@@ -19,14 +19,13 @@ from typing import Any
 
 from launcher.cluster.jobids import base_id
 from launcher.commands.console import EXIT_OK, emit, relative
-from launcher.commands.plan import Plan, plan_submission
-from launcher.commands.submit import execute
-from launcher.commands.waiting import wait_for_sweep
+from launcher.commands.submit import execute, wait_for_sweep
 from launcher.config.profile import PROFILE_FILES, Profile
-from launcher.config.resolve import parse_overrides, profile_overrides, runs_dir
-from launcher.request.submission import Point, Submission
+from launcher.config.resolve import parse_overrides, point, profile_overrides, runs_dir
+from launcher.request.plan import Plan, check
+from launcher.request.submission import Submission
 from launcher.rundir import layout, record
-from launcher.rundir.record import RunInfo
+from launcher.rundir.record import RecordedRun
 from launcher.rundir.states import ACTIVE, TaskState, task_states
 from trainer.config.files import deep_merge, renamed
 from trainer.config.job import JobConfig
@@ -34,7 +33,7 @@ from trainer.config.schema import ConfigError, build
 
 
 class ResumePlan(Plan):
-    def __init__(self, sub: Submission, source: str, argv: list[str], info: RunInfo, todo: list[TaskState],
+    def __init__(self, sub: Submission, source: str, argv: list[str], info: RecordedRun, todo: list[TaskState],
                  job_sets: dict[str, Any]) -> None:
         super().__init__(sub, source, argv)
         self.info, self.todo, self.job_sets = info, todo, job_sets
@@ -99,7 +98,7 @@ def dotted(sets: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _recorded_jobs(info: RunInfo) -> dict[int, dict[str, Any]]:
+def _recorded_jobs(info: RecordedRun) -> dict[int, dict[str, Any]]:
     if (info.run_dir / layout.TASKS_FILE).exists():
         return {t: e["job"] for t, e in record.read_tasks(info.run_dir).items()}
     if not info.is_sweep:
@@ -141,10 +140,10 @@ def resume(args: argparse.Namespace, argv: list[str]) -> int:
     points = []
     for ts in todo:
         where = f"{run_dir / layout.TASKS_FILE} (task {ts.task}, with --set)"
-        points.append(Point(ts.task, build(JobConfig, deep_merge(recorded[ts.task], overrides["job"]), where),
-                            ts.overrides, where))
+        job = build(JobConfig, deep_merge(recorded[ts.task], overrides["job"]), where)
+        points.append(point(profile, ts.task, job, ts.overrides, where, runs_dir=str(run_dir.parent)))
     # The ranks start where the run was first submitted from: its relative paths mean what they meant.
     submitted_from = info.record.get("submit_dir")
-    sub = plan_submission(profile, points, run_dir, info.is_sweep, source, args.after,
-                          Path(submitted_from) if isinstance(submitted_from, str) and submitted_from else None)
-    return execute(ResumePlan(sub, source, argv, info, todo, overrides["job"]), args)
+    sub = check(profile, points, run_dir, info.is_sweep, source, args.after,
+                Path(submitted_from) if isinstance(submitted_from, str) and submitted_from else None).submission()
+    return execute(ResumePlan(sub, source, argv, info, todo, overrides["job"]), args.dry_run, args.json)

@@ -1,99 +1,37 @@
-"""`submit.py watch [RUN]`: a live view of a run or a sweep, redrawn in place (rich), until it ends.
-
-    python submit.py watch [RUN] [--interval S] [--once]
-
-Per task: its state (pending with SLURM's reason, running, requeued, done, failed, ...), attempt,
+"""`submit.py watch [RUN] [--interval S] [--once]`: a live view of a run or a sweep, redrawn in place
+(rich), until it ends. Per task: its state (pending with SLURM's reason, running, requeued, done, failed, ...), attempt,
 progress (epoch and step from metrics.jsonl) and speed, the last metrics, and a sparkline of the
-target metric; a sweep's tasks sorted by that metric. States come from launcher.rundir.states, as
-for `status`. Each task's metrics.jsonl and events.jsonl are read from where the last refresh
-stopped, so a refresh of a 1,000-task sweep reads only what was appended. It writes nothing, and
+target metric; a sweep's tasks sorted by that metric. States and attempts come from
+launcher.rundir.states and the head line and pending reason from `status`'s own (operate), so the two
+views never disagree; progress comes from each task's files, read from where the last refresh stopped
+(launcher.rundir.progress), so a refresh of a 1,000-task sweep reads only what was appended. It writes nothing, and
 leaving (q, Ctrl-C) leaves the run alone. Exit status: as `--wait`, 0 when every task completed,
 else 1 (`--once` while the run is still going: 0). `rich` is imported here only.
 """
 
 from __future__ import annotations
 
-import json
+import argparse
 import os
 import select
 import sys
 import time
-from collections import deque
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from launcher.commands.console import EXIT_FAILED, EXIT_OK, ArgumentParser, overrides_text, relative
-from launcher.commands.operate import _add_run_arguments, _find
+from launcher.commands.operate import add_run_arguments, find, head_line, waiting_text
 from launcher.rundir import exclusions
-from launcher.rundir.layout import EVENTS_FILE, METRICS_FILE
+from launcher.rundir.progress import TaskView
 from launcher.rundir.record import load_run
 from launcher.rundir.states import ACTIVE, TaskState, task_states
 
 SPARK = "▁▂▃▄▅▆▇█"
-SPARK_POINTS = 24
 # What the view calls our states (done reads better than completed in a live view).
 SHOWN = {"completed": "done"}
 COLOURS = {"done": "green", "running": "cyan", "pending": "yellow", "requeued": "magenta", "failed": "red",
            "cancelled": "red", "timeout": "red"}
 HIDDEN_METRICS = ("epoch", "step", "time", "test_count", "epoch_time_s", "lr")
-
-
-class Tail:
-    """A JSON-lines file read incrementally: each read starts at the byte where the last one ended,
-    and a line still being written (no newline yet) waits for the next read."""
-
-    def __init__(self, path: Path) -> None:
-        self.path, self.offset, self.bytes_read = path, 0, 0
-
-    def read(self) -> list[dict[str, Any]]:
-        try:
-            with open(self.path, "rb") as fh:
-                fh.seek(self.offset)
-                chunk = fh.read()
-        except OSError:  # not written yet
-            return []
-        end = chunk.rfind(b"\n") + 1
-        self.offset += end
-        self.bytes_read += len(chunk)
-        rows = []
-        for line in chunk[:end].splitlines():
-            try:
-                row = json.loads(line)
-            except (ValueError, RecursionError):  # a torn, foreign or endlessly nested line: skipped, as `status` does
-                continue
-            if isinstance(row, dict):
-                rows.append(row)
-        return rows
-
-
-@dataclass
-class TaskView:
-    """What the run folder told about one task so far."""
-
-    metrics: Tail
-    events: Tail
-    last: dict[str, Any] = field(default_factory=dict)
-    curve: deque[float] = field(default_factory=lambda: deque(maxlen=SPARK_POINTS))
-    step: int | None = None
-    previous: tuple[float, int] | None = None  # (time, step) of the line before the last: the speed
-    attempts: int = 0
-
-    def update(self, target: str) -> None:
-        for row in self.metrics.read():
-            if isinstance(row.get("time"), (int, float)) and isinstance(row.get("step"), int) and self.last:
-                if isinstance(self.last.get("time"), (int, float)) and isinstance(self.last.get("step"), int):
-                    self.previous = (self.last["time"], self.last["step"])
-            self.last = row
-            if isinstance(row.get(target), (int, float)):
-                self.curve.append(float(row[target]))
-            if isinstance(row.get("step"), int):
-                self.step = row["step"]
-        for event in self.events.read():
-            if event.get("event") in ("started", "resumed"):
-                self.attempts += 1
-            if isinstance(event.get("step"), int):
-                self.step = max(self.step or 0, event["step"])
 
 
 def sparkline(values: list[float]) -> str:
@@ -119,12 +57,12 @@ class Watcher:
         for ts in self.states:
             view = self.views.get(ts.task)
             if view is None:
-                view = self.views[ts.task] = TaskView(Tail(ts.task_dir / METRICS_FILE), Tail(ts.task_dir / EVENTS_FILE))
+                view = self.views[ts.task] = TaskView.of(ts.task_dir)
             view.update(metric)
 
     @property
     def bytes_read(self) -> int:
-        return sum(v.metrics.bytes_read + v.events.bytes_read for v in self.views.values())
+        return sum(v.bytes_read for v in self.views.values())
 
     @property
     def ended(self) -> bool:
@@ -155,13 +93,8 @@ class Watcher:
         from rich.text import Text
 
         metric, mode = self.info.target
-        counts: dict[str, int] = {}
-        for ts in self.states:
-            counts[SHOWN.get(ts.state, ts.state)] = counts.get(SHOWN.get(ts.state, ts.state), 0) + 1
-        head = Text(f"{relative(self.run_dir)}: {self.info.job.get('name', '?')} on "
-                    f"{self.info.profile.get('name', '?')} ({self.info.executor}), {len(self.states)} task(s): "
-                    + ", ".join(f"{n} {s}" for s, n in counts.items())
-                    + (f"; sorted by {metric} ({mode})" if self.info.is_sweep else ""))
+        head = Text(head_line(self.info, self.states, SHOWN) + (f"; sorted by {metric} ({mode})" if self.info.is_sweep
+                                                                else ""))
         table = Table(box=None, pad_edge=False, header_style="bold", expand=True)
         # The narrow columns keep their width on a small terminal; the overrides and last metrics share
         # what is left (ratio), cut with an ellipsis (rich would otherwise drop whole columns).
@@ -175,8 +108,7 @@ class Watcher:
             shown = SHOWN.get(ts.state, ts.state)
             value = view.last.get(metric)
             table.add_row(str(ts.task), Text(_state_text(ts, shown), style=COLOURS.get(shown, "")),
-                          str(max(view.attempts, ts.restarts + 1, 1)),
-                          _progress(view, ts.overrides.get("epochs", epochs)), _speed(view),
+                          str(ts.attempt), view.progress(ts.overrides.get("epochs", epochs)), view.speed(),
                           f"{value:.4f}" if isinstance(value, (int, float)) else "-", sparkline(list(view.curve)),
                           *([overrides_text(ts.overrides)] if self.info.is_sweep else []),
                           ts.error if ts.state not in ACTIVE + ("completed",) and ts.error
@@ -185,31 +117,8 @@ class Watcher:
 
 
 def _state_text(ts: TaskState, shown: str) -> str:
-    """`pending (Resources, from 15:20)`: SLURM's reason and expected start, where it gives them."""
-    if ts.state not in ("pending", "requeued"):
-        return shown
-    why = [ts.reason] if ts.reason else []
-    why += [time.strftime("from %H:%M", time.localtime(ts.expected_start))] if ts.expected_start else []
-    return f"{shown} ({', '.join(why)})" if why else shown
-
-
-def _progress(view: TaskView, epochs: Any) -> str:
-    """`66/220 (epoch 3/10)`: steps, the total from the steps the epochs so far took."""
-    epoch, step = view.last.get("epoch"), view.step
-    if step is None:
-        return "-"
-    if isinstance(epoch, int) and epoch > 0 and isinstance(epochs, int) and isinstance(view.last.get("step"), int):
-        total = view.last["step"] * epochs // epoch
-        return f"{step}/{total} (epoch {epoch}/{epochs})"
-    return f"step {step}"
-
-
-def _speed(view: TaskView) -> str:
-    if isinstance(view.last.get("images_per_second"), (int, float)):
-        return f"{view.last['images_per_second']:.0f} img/s"
-    if view.previous and isinstance(view.last.get("time"), (int, float)) and view.last["time"] > view.previous[0]:
-        return f"{(view.last['step'] - view.previous[1]) / (view.last['time'] - view.previous[0]):.1f} step/s"
-    return "-"
+    """`pending (Resources, expected to start 15:20)`: SLURM's reason and expected start, as `status` says them."""
+    return f"{shown} ({waiting_text(ts, '%H:%M')})" if ts.waiting else shown
 
 
 def _metrics_text(last: dict[str, Any], metric: str) -> str:
@@ -217,16 +126,19 @@ def _metrics_text(last: dict[str, Any], metric: str) -> str:
                      if k not in HIDDEN_METRICS and k != metric and k != "images_per_second")
 
 
-def main(argv: list[str]) -> int:
+def watch_parser() -> ArgumentParser:
     parser = ArgumentParser(prog="submit.py watch", description="A live view of a run or sweep, redrawn in place "
                             "until it ends (exit status as --wait); q or Ctrl-C leaves it running.")
-    _add_run_arguments(parser, required=False)
+    add_run_arguments(parser, required=False)
     parser.add_argument("--interval", type=_seconds, default=2.0, help="seconds between refreshes (default 2)")
     parser.add_argument("--once", action="store_true", help="print one frame and exit")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def watch(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    watcher = Watcher(_find(args))
+    watcher = Watcher(find(args))
     watcher.refresh()
     console = Console()
     if args.once:
@@ -240,8 +152,6 @@ MOST_INTERVAL_S = 3600
 
 def _seconds(text: str) -> float:
     """--interval: a number of seconds in (0, an hour]; inf or 1e308 would overflow sleep's time_t."""
-    import argparse
-
     try:
         value = float(text)
     except ValueError:

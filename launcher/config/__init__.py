@@ -1,2 +1,4 @@
-"""Configuration: cluster profiles, resolving a profile and a job with `--set`, sweep expansion,
-and the checks that need nothing but this machine."""
+"""Configuration the submitter reads: cluster profiles (`profile`, with `units`: SLURM's time and memory
+spellings, `sbatch_options`: what `sbatch_extra` may not set, `destination`: the `login:` key, and
+`retry_keys`: `max_failures` and `node_error_patterns`), resolving a profile and a job with `--set` into
+points (`resolve`), and the checks before anything is queued (`checks`)."""

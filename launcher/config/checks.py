@@ -16,29 +16,32 @@ from trainer.config.trackers import merged, missing_libraries
 CIFAR_FOLDER = "cifar-10-batches-py"
 
 
-def check_local(profile: Profile, job: JobConfig, source: str, job_source: str = "") -> None:
-    """What can be known on this machine: GPUs for in-machine executors, the data folder, the job's
-    entrypoint or script. `source` names the profile, `job_source` the job file as the user gave it."""
-    job_source = job_source or f"job '{job.name}'"
+def check_here(profile: Profile, job: JobConfig, source: str, job_source: str = "") -> None:
+    """What this machine knows of a submission it plans: GPUs and the interpreter for the executors
+    that run here, the project root (from the directory submitted from) and the script's path, made
+    absolute. `source` names the profile, `job_source` the job file as the user gave it."""
     if profile.executor in ("local", "debug") and profile.gpus_per_node and not cuda_visible_here():
         raise ConfigError(f"{source}: key 'gpus_per_node' has invalid value {profile.gpus_per_node}; this machine "
                           f"has no NVIDIA GPU (no driver found), so the {profile.executor} executor allows only 0")
     if profile.executor == "local" and profile.python:
         check_python(profile.python, source)
-    # Over SSH (`login:`) the data and the Python that imports the entrypoint are the cluster side's:
-    # its copy of this check asks them there (docs/remote.md); here they would be the wrong ones, and
-    # the import of a user's module (torch with it) would cost the laptop a second or more for nothing.
-    there = bool(profile.login)
-    if not there:
-        check_data(profile, job)
-    check_trackers(profile, job, source, job_source)
     if (job.entrypoint or job.script) and not job.project_root:  # given by --set, not by the job file
         job.project_root = str(project.root_for(None, Path.cwd()))
-    if job.entrypoint and not there:
-        check_entrypoint(job, job_source)
     if job.script:
         # Made absolute here, once: the tasks may start in another directory (a SLURM node's).
-        job.script = script_path(job, job_source)
+        job.script = script_path(job, job_source or f"job '{job.name}'")
+
+
+def check_where_it_runs(profile: Profile, job: JobConfig, source: str, job_source: str = "") -> None:
+    """What only the machine that queues the run can see (this one, or over SSH the cluster side:
+    launcher.commands.receive): the data folder, the trackers' libraries and the entrypoint's import
+    (the Python that imports it there; here the import of a user's module would cost the laptop a
+    second or more for nothing)."""
+    job_source = job_source or f"job '{job.name}'"
+    check_data(profile, job)
+    check_trackers(profile, job, source, job_source)
+    if job.entrypoint:
+        check_entrypoint(job, job_source)
 
 
 def check_python(python: str, source: str) -> None:
@@ -53,14 +56,12 @@ def check_python(python: str, source: str) -> None:
 
 
 def script_path(job: JobConfig, source: str = "") -> str:
-    """The script as an absolute path: as given, else relative to the current directory, else to
-    the job file's folder, else to the project root; a ConfigError when it is none of them."""
-    tried = [Path(job.script)] if Path(job.script).is_absolute() else [Path.cwd() / job.script]
-    if not Path(job.script).is_absolute():
-        tried += [Path(folder) / job.script for folder in dict.fromkeys((job.code_dir, job.project_root)) if folder]
-    for path in tried:
-        if path.is_file():
-            return str(path.resolve())
+    """The script as an absolute path, by the one rule (trainer.config.project.script_places); a
+    ConfigError naming where it looked when it is in none of those places."""
+    found = project.find_script(job.script, Path.cwd(), job.code_dir, job.project_root)
+    if found is not None:
+        return str(found)
+    tried = project.script_places(job.script, Path.cwd(), job.code_dir, job.project_root)
     raise ConfigError(f"{source or f'job {job.name!r}'}: key 'script' has invalid value {job.script!r}; no such "
                       f"file (a path to a Python file; looked in " + ", ".join(str(p.parent) for p in tried) + ")")
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Optional, Union
 
-from launcher.config import retry_keys, units
+from launcher.config import destination, retry_keys, units
 from launcher.config.sbatch_options import modelled_sbatch_option, unsupported_sbatch_option
 from trainer.config import values
 from trainer.config.files import FileKind, Renamed
@@ -43,7 +43,7 @@ class Profile:
     gpu_request: Literal["gpus", "gres"] = "gpus"
     # The launch shape: "tasks" (one SLURM task per rank, submitit's) or "torchrun" (one SLURM task
     # per node runs torchrun with tasks_per_node processes and a c10d rendezvous on the first node;
-    # launcher/torchrun.py). The world size is nodes x tasks_per_node in both.
+    # launcher/node/torchrun_task.py). The world size is nodes x tasks_per_node in both.
     launch: Literal["tasks", "torchrun"] = "tasks"
     # Memory per task in SLURM's spelling ("64G", "500M"; a bare number is MB); SLURM gets
     # tasks_per_node x this per node. null: the partition default. (`mem_per_task_gb: 64` still reads.)
@@ -89,7 +89,7 @@ class Profile:
     # (without a node that failed; not the same bug twice); null: 2 on SLURM, 0 for local and debug.
     max_failures: Optional[int] = None
     # Regular expressions that mark a line of a failed rank's log as its node's fault, beside the shipped
-    # CUDA/NCCL/ECC/Xid/bus-error ones (launcher.rundir.failures): that node is left out of later attempts.
+    # CUDA/NCCL/ECC/Xid/bus-error ones (launcher.cluster.fault_origin): that node is left out of later attempts.
     node_error_patterns: list[str] = field(default_factory=list)
     # Default checkpoint cadence for jobs that leave `checkpoint_every_steps` null (0: epoch ends only).
     checkpoint_every_steps: int = 0
@@ -110,7 +110,7 @@ class Profile:
     init_timeout_s: int = 180
     collective_timeout_s: int = 45
     # Submit from this machine to a cluster reached over SSH (docs/remote.md): an ssh destination as
-    # `ssh` accepts it (a ~/.ssh/config alias, user@host). "": SLURM runs on this machine, as before.
+    # `ssh` accepts it (a ~/.ssh/config alias, user@host, ssh://[user@]host[:port]). "": SLURM runs here.
     login: str = ""
     # Where code snapshots and run folders live on the cluster side (~/: the remote home).
     remote_dir: str = "~/ddp-submit"
@@ -267,11 +267,11 @@ _UPPER_BOUNDS = {"nodes": 2**31 - 1, "tasks_per_node": 65535, "cpus_per_task": 6
 _BOUND_WHY = {65535: "a 16-bit SLURM field", 2**31 - 1: "a 32-bit field"}
 
 def _check_login(profile: Profile) -> None:
-    """`login` reaches ssh's argv and `remote_dir` a remote shell line: refuse what would be read as
-    an option or break the line (the remote side quotes the folder; `~/` is the remote home)."""
-    require(re.fullmatch(r"[A-Za-z0-9_.@:\[\]%+-]*", profile.login) is not None and not profile.login.startswith("-"),
-            "login", profile.login, "an ssh destination: a ~/.ssh/config alias or user@host (no spaces, not "
-            "starting with '-')")
+    """`login` reaches ssh's and rsync's argv (launcher.config.destination: either form OpenSSH takes)
+    and `remote_dir` a remote shell line: refuse what would be read as an option or break the line
+    (the remote side quotes the folder; `~/` is the remote home)."""
+    problem = destination.problem(profile.login)
+    require(problem is None, "login", profile.login, problem or "")
     require(not profile.login or profile.executor == "slurm", "login", profile.login,
             "empty unless executor is slurm (only SLURM runs are submitted over SSH)")
     require(profile.remote_dir != "" and re.search(r"[\x00-\x1f\x7f]", profile.remote_dir) is None

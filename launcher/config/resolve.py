@@ -1,20 +1,47 @@
 """A profile and a job as one submission asks for them: both files loaded with `--set` on top
-(trainer.config.files, .overrides), validated into dataclasses, and a sweep expanded into its
-points (trainer.config.sweep)."""
+(trainer.config.files, .overrides), validated into dataclasses, a sweep expanded into its points
+(trainer.config.sweep), and for each point what the profile decides for it by the one rules
+(trainer.config.job.task_places): its data folder (data_folder) and its trackers (trackers.merged).
+Planning hands its data down: resolve calls trainer.config's readers in turn and returns everything
+the checks and the submission need."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from launcher.config.profile import PROFILE_FILES, Profile
 from trainer.config import files, overrides, sweep, values
-from trainer.config.job import JOB_FILES, JobConfig, job_mapping
+from trainer.config.job import JOB_FILES, JobConfig, job_mapping, task_places
 from trainer.config.schema import ConfigError, build
+from trainer.config.trackers import TrackerConfig
 
 # What `--set SCOPE.KEY=VALUE` may name.
 SCOPES: dict[str, type] = {"job": JobConfig, "profile": Profile}
+
+
+@dataclass
+class Point:
+    """One task to run: its index in the run (its folder), its job, the sweep overrides that made it,
+    where the job came from as errors name it (the job file with its --set keys, or the run record
+    `--resume` rebuilt it from), and what the profile decides for it: its data folder and trackers."""
+
+    task: int
+    job: JobConfig
+    overrides: dict[str, Any] = field(default_factory=dict)
+    source: str = ""
+    data_dir: str = ""
+    tracker: TrackerConfig = field(default_factory=TrackerConfig)
+
+
+def point(profile: Profile, task: int, job: JobConfig, overrides: dict[str, Any] | None = None, source: str = "",
+          runs_dir: str | None = None, here: bool = True) -> Point:
+    """Task `task` running `job` with `profile`, its run folder under `runs_dir` (default: the profile's).
+    `here`: the paths are this machine's; else the cluster side's over SSH (launcher.remote.cluster_side)."""
+    places = task_places(job, profile.data_dir, profile.tracker, profile.runs_dir if runs_dir is None else runs_dir,
+                         here)
+    return Point(task, job, dict(overrides or {}), source, *places)
 
 
 @dataclass
@@ -25,8 +52,8 @@ class Resolved:
     job: JobConfig
     profile_source: str
     job_source: str
-    # Every task to run: (its job, the sweep overrides that made it); one ({}) for a plain job.
-    points: list[tuple[JobConfig, dict[str, Any]]]
+    # Every task to run; one (no overrides) for a plain job.
+    points: list[Point]
     is_sweep: bool = False
 
 
@@ -46,19 +73,23 @@ def profile_overrides(sets: dict[str, Any]) -> dict[str, Any]:
     return files.set_values(PROFILE_FILES, sets)
 
 
-def resolve(profile_name: str, job_name: str, sets: list[str]) -> Resolved:
-    given = parse_overrides(sets)
-    profile, profile_source = load_profile(profile_name, given["profile"])
+def resolve(profile_name: str, job_name: str, sets: list[str], wait: bool = False) -> Resolved:
+    """The profile and job as named, with `--set`; `wait`: `--wait` (the profile's `wait: true`). Each
+    step is trainer.config's own (the files, the overrides, the sweep, each point's places), called from
+    here in turn: the data goes down and comes back, and nothing climbs back up into this module."""
+    given = overrides.parse(sets, SCOPES)
+    loaded = files.load(PROFILE_FILES, profile_name, given["profile"])
+    profile, profile_source = build(Profile, loaded.data, loaded.source), loaded.source
+    if wait:
+        profile.wait = True
     loaded = files.load(JOB_FILES, job_name, given["job"])
     job_data, spec = job_mapping(loaded)
     job = build(JobConfig, job_data, loaded.source)
-    points = sweep.expand(job_data, spec, loaded.source) if spec is not None else [(job, {})]
+    expanded = sweep.expand(job_data, spec, loaded.source) if spec is not None else [(job, {})]
+    points = [Point(i, one, swept, loaded.source + (f" (sweep task {i})" if spec is not None else ""),
+                    *task_places(one, profile.data_dir, profile.tracker, profile.runs_dir))
+              for i, (one, swept) in enumerate(expanded)]
     return Resolved(profile, job, profile_source, loaded.source, points, spec is not None)
-
-
-def job_data(job_name: str, sets: list[str]) -> dict[str, Any]:
-    """The job file's mapping after `extends:` and `--set job.*` (what a submission over SSH ships)."""
-    return dict(files.load(JOB_FILES, job_name, parse_overrides(sets)["job"]).data)
 
 
 def runs_dir(profile_name: str, explicit: str | None = None) -> Path:

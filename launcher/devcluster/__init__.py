@@ -11,7 +11,8 @@ Usage (as root; the daemons, /etc/hosts and apt need it)::
 Modules: ``paths`` (the state folder, settings, ClusterError), ``config`` (the
 spec, slurm.conf/gres.conf/slurmdbd.conf, /etc/hosts), ``processes`` (pid
 files, starting and stopping), ``daemons`` (munge, MariaDB, slurmdbd,
-slurmctld, slurmd, accounting, node readiness), ``commands`` and ``cli``.
+slurmctld, slurmd, accounting, node readiness), ``commands`` and ``cli`` (with
+``__main__``: ``python -m launcher.devcluster``).
 It imports nothing else from ``launcher``. This file only hands names on.
 """
 

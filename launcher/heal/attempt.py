@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from launcher.cluster import fault_origin
+from launcher.cluster.fault_origin import Verdict
 from launcher.cluster.slurm import requeue
 from launcher.cluster.slurm.accounting import query
 from launcher.cluster.slurm.env import slurm_env
@@ -16,8 +18,7 @@ from launcher.cluster.slurm.limits import fitting_nodes
 from launcher.cluster.slurm.sbatch import SlurmRequest
 from launcher.heal import facts
 from launcher.heal.facts import OWN_PREFIX
-from launcher.rundir import exclusions, failures, retries
-from launcher.rundir.failures import Verdict
+from launcher.rundir import exclusions, retries
 from trainer.config.lookup import CODE_ROOT
 from trainer.distributed import hostlist
 from trainer.rank import events
@@ -102,7 +103,7 @@ def _lost_nodes(here: Here, previous: dict[str, Any]) -> None:
         ends, first = facts.rank_ends(here.root, here.job, here.environ, previous,
                                       {k: int(v) for k, v in (facts.read_marks(
                                           facts.marks_path(here.root, here.job)).get("sizes") or {}).items()})
-        verdict = failures.classify(ends, here.policy.get("patterns") or [], first_dead=first)
+        verdict = fault_origin.classify(ends, here.policy.get("patterns") or [], first_dead=first)
         down = list(verdict.nodes) if verdict.origin == "node" else []
     verdict = Verdict("node", None, f"SLURM lost node(s) {', '.join(down) or '?'} (NODE_FAIL)", tuple(down),
                       evidence="NODE_FAIL")
@@ -128,9 +129,9 @@ def after(status: int, policy: dict[str, Any], environ: Mapping[str, str]) -> in
     ends, first = facts.rank_ends(here.root, here.job, environ, marks)
     tool = tuple(str(root / package) for root in (CODE_ROOT, Path(here.run_root) / "code")
                  for package in ("trainer", "launcher"))  # this tool's frames are not the user's
-    verdict = failures.classify(ends, policy.get("patterns") or [], tool_code=tool, first_dead=first)
+    verdict = fault_origin.classify(ends, policy.get("patterns") or [], tool_code=tool, first_dead=first)
     started = float(marks.get("time") or 0)
-    earlier = [e for e in log if e["event"] == "started" and e not in mine]
+    earlier = [e for e in log if events.starts_attempt(e) and e not in mine]
     decision = retries.decide(verdict, log, here.job, int(policy.get("max_failures") or 0),
                               first_attempt=not earlier, reached_first_step=facts.reached_first_step(
                                   here.task_dir, started))
@@ -154,7 +155,7 @@ def _this_attempt(log: list[dict[str, Any]], here: Here) -> list[dict[str, Any]]
     """The events of this attempt: from its "started" on (none if rank 0 never got that far)."""
     for at in range(len(log) - 1, -1, -1):
         e = log[at]
-        if e["event"] == "started":
+        if events.starts_attempt(e):
             ids = (here.job, here.environ.get("SLURM_JOB_ID", ""))  # (the trainer names a raw job id)
             same = str(e.get("job_id")) in ids and e.get("slurm_restart_count") == here.restart
             return log[at:] if same else []

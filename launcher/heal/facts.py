@@ -1,5 +1,5 @@
 """What an attempt left in the run folder, read on the batch host: which job this is, where its part of
-each log starts, how each rank ended (launcher.rundir.failures.RankEnd) and whether it took a step.
+each log starts, how each rank ended (launcher.cluster.fault_origin.RankEnd) and whether it took a step.
 
 submitit appends every attempt of a job to the same log files, so `before` notes each file's size at
 the start of an attempt (`<job id>_attempt.json` beside them); `after` reads from there.
@@ -17,14 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from launcher.cluster.slurm.srun import task_failures
-from launcher.rundir.failures import RankEnd
-from launcher.rundir.layout import job_log_dir, log_name
+from launcher.cluster.fault_origin import RankEnd
+from launcher.rundir.layout import ATTEMPT_BANNER, job_log_dir, log_name
 from launcher.rundir.outcomes import read_outcomes
 from trainer.distributed import hostlist
 from trainer.rank.rundir import TIMING_DIR
 
-# The launcher's banner at the start of each attempt in every rank's log (launcher.node.TrainTask.announce).
-_BANNER = re.compile(r"attempt started [^:]*:\d\d:\d\d: job \S+, .*?rank (\d+)/\d+ on (\S+), pid")
+# The launcher's banner at the start of each attempt in every rank's log (launcher.node.task.TrainTask.announce).
+_BANNER = re.compile(re.escape(ATTEMPT_BANNER) + r" [^:]*:\d\d:\d\d: job \S+, .*?rank (\d+)/\d+ on (\S+), pid")
 # The retry step's own lines in rank 0's log (the batch script's output goes there): never evidence.
 OWN_PREFIX = "[heal]"
 
@@ -114,7 +114,7 @@ def rank_ends(run_root: Path, job: str, environ: Mapping[str, str], marks: dict[
 
 def _written_since(path: Path, started: float) -> bool:
     """A result pickle of this attempt, not a stale one of an earlier attempt whose rank died too early
-    to remove it (launcher.node.drop_stale_result)."""
+    to remove it (launcher.node.task.drop_stale_result)."""
     try:
         return path.stat().st_mtime >= started - 1
     except OSError:

@@ -14,3 +14,8 @@ class SubmissionRefused(ConfigError):
 class PartiallySubmitted(RuntimeError):
     """Part of a split array was queued before sbatch refused the rest: what was queued is recorded
     in the run folder (status, cancel and --resume see it); the submitter exits 1."""
+
+
+class LostAfterSending(RuntimeError):
+    """A submission over SSH lost its connection after the submission was sent: the cluster side may
+    have queued it (its record here says where; `status` asks); the submitter exits 1."""

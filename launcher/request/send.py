@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.cluster.jobids import distinct_bases
-from launcher.cluster.said import one_line
+from launcher.cluster.failures import joined_lines
 from launcher.cluster.slurm.env import slurm_env
 from launcher.request.errors import PartiallySubmitted, SubmissionRefused
 from launcher.request.executor import check_script, make_executor
@@ -47,15 +47,15 @@ def submission_environment(slurm_conf: str, search_path: list[str] | None = None
     `project_copy`: the run's copy of the project (trainer.config.project.SNAPSHOT_VAR).
 
     `local`: the local executor, which sets CUDA_VISIBLE_DEVICES itself: the caller's is passed on
-    beside it for the tasks to put back (launcher.node.restore_caller_gpus)."""
-    from launcher.node import remember_caller_gpus  # (imports submitit: only when something is sent)
+    beside it for the tasks to put back (launcher.node.task.restore_caller_gpus)."""
+    from launcher.node.task import remember_caller_gpus  # (imports submitit: only when something is sent)
 
     saved, cwd = dict(os.environ), os.getcwd()
     os.environ.clear()
     os.environ.update(slurm_env(slurm_conf, saved))
     os.environ.update(extra or {})
     remember_caller_gpus(os.environ, local)
-    # The task unpickles launcher.node.TrainTask wherever it runs: make the project importable there
+    # The task unpickles launcher.node.task.TrainTask wherever it runs: make the project importable there
     # even when the submitter was started from another folder and the project is not installed.
     code = search_path or [str(CODE_ROOT)]
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (*code, os.environ.get("PYTHONPATH", "")) if p)
@@ -82,10 +82,10 @@ def send(sub: Submission, chunk_size: int | None = None,
     part-way leaves a run folder that knows what was queued. If sbatch refuses the first job,
     nothing is queued: the run folder is removed again and the refusal is a SubmissionRefused
     carrying sbatch's own message."""
-    from launcher.node import TrainTask  # submitit only when something is sent
+    from launcher.node.task import TrainTask  # submitit only when something is sent
 
-    if sub.profile.launch == "torchrun":  # one task per node runs torchrun (launcher/torchrun.py)
-        from launcher.torchrun import TorchrunTask
+    if sub.profile.launch == "torchrun":  # one task per node runs torchrun (launcher.node.torchrun_task)
+        from launcher.node.torchrun_task import TorchrunTask
 
         calls = [TorchrunTask(t.job, t.settings, sub.profile.tasks_per_node, str(sub.run_dir)) for t in sub.tasks]
     else:
@@ -94,13 +94,13 @@ def send(sub: Submission, chunk_size: int | None = None,
 
 
 def send_probe(sub: Submission) -> Any:
-    """Queue `submit.py probe` with `sub`'s request instead of training: `launcher.node.probe_task` on
+    """Queue `submit.py probe` with `sub`'s request instead of training: `launcher.node.placement.probe_task` on
     every task or, in the torchrun shape, on every rank the node's torchrun starts (each node task then
     returns a list of its ranks' reports)."""
-    from launcher.node import probe_task
+    from launcher.node.placement import probe_task
 
     if sub.profile.launch == "torchrun":
-        from launcher.torchrun import TorchrunProbe
+        from launcher.node.torchrun_task import TorchrunProbe
 
         return _queue(sub, [TorchrunProbe(sub.profile.tasks_per_node)], None, None)[0]
     return _queue(sub, [probe_task], None, None)[0]
@@ -129,8 +129,8 @@ def _queue(sub: Submission, calls: list[Callable[[], Any]], chunk_size: int | No
     holding = contextlib.redirect_stderr(held) if sub.executor == "slurm" else contextlib.nullcontext()
     copy = None
     if sub.profile.snapshot and sub.executor != "debug":  # debug runs in this process: its code is loaded
-        snapshot.ensure(sub.run_dir, sub.project, sub.submit_dir)
-        copy = str(snapshot.project_dir(sub.run_dir, sub.project_root)) if sub.project_root else None
+        snapshot.ensure(sub.run_dir, sub.project, sub.submit_dir, sub.code_root, sub.origin)
+        copy = str(snapshot.project_dir(sub.run_dir, sub.project_root, sub.code_root)) if sub.project_root else None
         if (sub.run_dir / RUN_FILE).is_file():
             update_record(sub.run_dir, code=snapshot.read_note(sub.run_dir))
     try:
@@ -148,7 +148,7 @@ def _queue(sub: Submission, calls: list[Callable[[], Any]], chunk_size: int | No
                 if on_queued is not None:
                     on_queued([str(j.job_id) for j in jobs])
     except Exception as err:  # noqa: BLE001 - sbatch's refusal or submitit's own failure mid-way
-        said, refused = one_line(str(err), type(err).__name__), _is_refusal(err)
+        said, refused = joined_lines(str(err), type(err).__name__), _is_refusal(err)
         if not refused:  # a refusal is quoted in the error we raise; anything else is shown as it came
             sys.stderr.write(held.getvalue())
         if jobs:

@@ -12,26 +12,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from launcher.cluster.slurm import sbatch, torchrun
+from launcher.cluster.slurm import sbatch
 from launcher.config.profile import Profile
+from launcher.config.resolve import Point
+from launcher.node import torchrun_command
 from launcher.rundir import exclusions, snapshot
 from launcher.rundir.layout import log_dir, task_dir
 from trainer.config import project
-from trainer.config.job import JobConfig, RunSettings, data_folder
+from trainer.config.job import JobConfig, RunSettings
 from trainer.config.lookup import CODE_ROOT
-from trainer.config.trackers import merged
-
-
-@dataclass
-class Point:
-    """One task to run: its index in the run (its folder), its job, and the sweep overrides that made it."""
-
-    task: int
-    job: JobConfig
-    overrides: dict[str, Any] = field(default_factory=dict)
-    # Where the job came from, as errors name it: the job file as the user gave it (with its --set
-    # keys), or the run record `--resume` rebuilt it from.
-    source: str = ""
 
 
 @dataclass
@@ -68,6 +57,12 @@ class Submission:
     submit_dir: Path = field(default_factory=Path.cwd)
     # The project's files to snapshot (the check surveyed them); None: no project to copy.
     project: snapshot.Survey | None = None
+    # The tool's code the tasks import (copied into RUN/code): this checkout, or over SSH its synced
+    # copy on the cluster side (launcher.remote.cluster_side), where this submission is sent from.
+    code_root: Path = CODE_ROOT
+    # What RUN/code/SNAPSHOT.json also records of where the code came from (over SSH: the laptop's
+    # commit and dirty state, its project root and submit directory); {}: it was taken here.
+    origin: dict[str, Any] = field(default_factory=dict)
 
     @property
     def project_root(self) -> str:
@@ -78,9 +73,10 @@ class Submission:
         """The tool's code, then the rule's folders, as the ranks import them (inside the run's snapshot)."""
         job = next((t.job for t in self.tasks if t.job.project_root), None)
         if not self.profile.snapshot or self.executor == "debug":
-            code, copy = str(CODE_ROOT), None
+            code, copy = str(self.code_root), None
         else:
-            code, copy = str(snapshot.snapshot_dir(self.run_dir)), str(snapshot.project_dir(self.run_dir, self.project_root))
+            code = str(snapshot.snapshot_dir(self.run_dir))
+            copy = str(snapshot.project_dir(self.run_dir, self.project_root, self.code_root))
         if job is None:
             return [code]
         folders = project.rank_path(job.project_root, job.code_dir, str(self.submit_dir), copy)
@@ -106,7 +102,7 @@ class Submission:
             "profile": asdict(self.profile), "job": asdict(first.job), "settings": asdict(first.settings),
             "executor_parameters": self.parameters,
             "sweep_overrides": [t.overrides for t in self.tasks] if self.is_array else None,
-            **({"torchrun": torchrun.preview(self.profile.nodes, self.profile.tasks_per_node)}
+            **({"torchrun": torchrun_command.preview(self.profile.nodes, self.profile.tasks_per_node)}
                if self.profile.launch == "torchrun" else {}),
             # The one lookup rule, as the ranks will apply it (docs/your-code.md#where-your-code-is-found).
             "your_code": {"project_root": self.project_root or None, "working_directory": str(self.submit_dir),
@@ -118,18 +114,19 @@ class Submission:
 
 def slurm_request(profile: Profile, job_name: str, after: list[str] | None = None,
                   run_dir: Path | None = None, submit_dir: Path | None = None,
-                  project_root: str = "") -> sbatch.SlurmRequest:
+                  project_root: str = "", code_root: Path = CODE_ROOT) -> sbatch.SlurmRequest:
     """What the profile asks SLURM for: built once per submission (`build`), then read by the live
     preflight, the executor parameters and the batch script alike."""
     # A container sees the run folder (pickles, checkpoints, results, the snapshot), the code, the
     # directory the ranks start in and the live project (snapshot: false) as on the host.
     extra = [str(p) for p in (run_dir, submit_dir) if p] + ([project_root] if project_root else [])
-    binds = list(dict.fromkeys([*profile.container_binds, str(CODE_ROOT), *extra])) if profile.container else []
+    binds = list(dict.fromkeys([*profile.container_binds, str(code_root), *extra])) if profile.container else []
     # torchrun: one SLURM task per node holds the CPUs (and GPUs) of all its processes.
     per_node = profile.tasks_per_node if profile.launch == "torchrun" else 1
     return sbatch.SlurmRequest(
         job_name=job_name, nodes=profile.nodes, tasks_per_node=profile.tasks_per_node // per_node,
-        cpus_per_task=profile.cpus_per_task * per_node, time_min=profile.time_min, gpus_per_node=profile.gpus_per_node,
+        cpus_per_task=profile.cpus_per_task * per_node, rank_threads=profile.cpus_per_task,
+        time_min=profile.time_min, gpus_per_node=profile.gpus_per_node,
         gpu_type=profile.gpu_type, gpus_per_task=profile.gpus_per_task, gpu_request=profile.gpu_request,
         mem_per_node_mb=profile.mem_per_node_mb, partition=profile.partition, account=profile.account,
         qos=profile.qos, constraint=profile.constraint, signal=profile.signal, signal_delay_s=profile.signal_delay_s,
@@ -149,48 +146,45 @@ def local_parameters(profile: Profile) -> dict[str, Any]:
             "gpus_per_node": profile.gpus_per_node, "signal_delay_s": profile.signal_delay_s}
 
 
-def run_settings(profile: Profile, job: JobConfig, folder: Path, task: int = 0,
-                 swept: dict[str, Any] | None = None, run_dir: Path | None = None) -> RunSettings:
-    data_dir = Path(data_folder(job, profile.data_dir)).expanduser()
-    run_dir = run_dir or folder
-    tracker = merged(job.tracker, profile.tracker, job.tensorboard)
-    if tracker.mlflow and not tracker.mlflow.uri:
-        # Next to the run folders: every run of the runs_dir in one store, readable offline (`mlflow ui`).
-        tracker.mlflow.uri = (run_dir.resolve().parent / "mlruns").as_uri()
+def run_settings(profile: Profile, point: Point, folder: Path, swept: bool, run_dir: Path) -> RunSettings:
+    """What the profile decides for one task, training in `folder` (its data folder and trackers
+    came resolved with the point: launcher.config.resolve)."""
     return RunSettings(
-        run_dir=str(folder), data_dir=str(data_dir.resolve()), use_gpus=profile.gpus_per_node > 0,
+        run_dir=str(folder), data_dir=point.data_dir, use_gpus=profile.gpus_per_node > 0,
         threads=profile.cpus_per_task, checkpoint_every_steps=profile.checkpoint_every_steps,
         init_timeout_s=profile.init_timeout_s, collective_timeout_s=profile.collective_timeout_s,
         stop_signal=profile.signal,
         progress_bar=profile.executor != "slurm" and sys.stderr.isatty(),
         max_restarts=profile.max_timeout_requeues,
-        tracker=tracker, profile=profile.name, task=task, swept=dict(swept or {}),
-        sweep=run_dir.name if swept is not None else "",
+        tracker=point.tracker, profile=profile.name, task=point.task, swept=dict(point.overrides) if swept else {},
+        sweep=run_dir.name if swept else "",
     )
 
 
 def build(profile: Profile, points: list[Point], run_dir: Path, is_sweep: bool,
           after: list[str] | None = None, submit_dir: Path | None = None,
-          project_files: snapshot.Survey | None = None) -> Submission:
+          project_files: snapshot.Survey | None = None, code_root: Path = CODE_ROOT,
+          origin: dict[str, Any] | None = None) -> Submission:
     """The whole submission for `points` (one, or one per array task) under `run_dir`. Pure."""
-    tasks = [TaskSpec(p.task, p.job, run_settings(profile, p.job, task_dir(run_dir, p.task, is_sweep), p.task,
-                                                  p.overrides if is_sweep else None, run_dir), p.overrides)
-             for p in points]
+    tasks = [TaskSpec(p.task, p.job, run_settings(profile, p, task_dir(run_dir, p.task, is_sweep), is_sweep, run_dir),
+                      p.overrides) for p in points]
     submit_dir = submit_dir or Path.cwd()
     request = None
     if profile.executor == "slurm":
         root = next((p.job.project_root for p in points if p.job.project_root), "")
-        request = slurm_request(profile, points[0].job.name, after, run_dir, submit_dir, root)
+        request = slurm_request(profile, points[0].job.name, after, run_dir, submit_dir, root, code_root)
         params, python = sbatch.parameters(request), sbatch.python_command(request)
     else:  # the local executor starts the same command (containers need srun: refused in Profile)
         params, python = local_parameters(profile), shlex.quote(profile.python) if profile.python else None
     return Submission(profile.executor, run_dir, log_dir(run_dir), profile, tasks, params,
-                      profile.slurm_conf_file, list(after or []), python, request, submit_dir, project_files)
+                      profile.slurm_conf_file, list(after or []), python, request, submit_dir, project_files,
+                      code_root, dict(origin or {}))
 
 
 def moved(sub: Submission, run_dir: Path) -> Submission:
     """The same submission under another (not yet existing) run folder: a concurrent submitter took
     the name first (two runs of one job started in the same second). Built again: the request binds
     the run folder into a container."""
-    points = [Point(t.task, t.job, t.overrides) for t in sub.tasks]
-    return build(sub.profile, points, run_dir, sub.is_array, sub.after_job_ids, sub.submit_dir, sub.project)
+    points = [Point(t.task, t.job, t.overrides, "", t.settings.data_dir, t.settings.tracker) for t in sub.tasks]
+    return build(sub.profile, points, run_dir, sub.is_array, sub.after_job_ids, sub.submit_dir, sub.project,
+                 sub.code_root, sub.origin)

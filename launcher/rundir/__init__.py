@@ -1,2 +1,6 @@
-"""The run folder: its layout and file names (`layout`), its records (`record`), what each task is
-doing (`states`, `outcomes`, `restarts`), and the results drawn from it (`results`, `plots`)."""
+"""The run folder: its layout and file names (`layout`), its records (`record`, read through
+`record_types`: every field's type and bounds), the code snapshot (`snapshot`, with `snapshot_links`:
+unchanged files linked from the previous snapshot), what each task is doing (`states`, `outcomes`,
+`restarts`, and `progress`: a task's epoch, step and speed as `watch` shows them), what it cost (`cost`),
+the results drawn from it (`results`, `plots`), whether a failed attempt comes back by itself (`retries`)
+and the nodes the run leaves out (`exclusions`)."""

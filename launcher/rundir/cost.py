@@ -1,7 +1,8 @@
 """What a SLURM run cost against what its profile asked for: elapsed time, CPU efficiency, peak
 memory against `mem_per_task` (the node's request in the torchrun shape), node-hours (from
 launcher.cluster.slurm.usage), and one line per profile key that the run used less than half of, so
-the user knows which request to lower.
+the user knows which request to lower. A figure sacct does not give (yet: a job of seconds may have
+no MaxRSS or TotalCPU recorded) is None, shown as "-", and backs no advice.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Any
 from launcher.cluster.slurm.env import slurm_env
 from launcher.cluster.slurm.usage import JobUsage, sacct_usage
 from launcher.config import units
-from launcher.rundir.record import RunInfo
+from launcher.rundir.record import RecordedRun
 from launcher.rundir.states import FINAL, TaskState
 
 # Under this fraction of a request, the request is worth lowering.
@@ -39,10 +40,11 @@ def task_cost(usage: JobUsage, profile: dict[str, Any]) -> dict[str, Any]:
             "max_rss_mb": None if usage.max_rss_bytes is None else round(usage.max_rss_bytes / 2**20, 1),
             "mem_requested_mb": requested, "mem_per": "node" if ranks > 1 else "task",
             "node_hours": round(usage.node_hours, 6),
-            "total_cpu_s": round(usage.total_cpu_s, 3), "alloc_cpus": usage.alloc_cpus, "nodes": usage.nodes}
+            "total_cpu_s": None if usage.total_cpu_s is None else round(usage.total_cpu_s, 3),
+            "alloc_cpus": usage.alloc_cpus, "nodes": usage.nodes}
 
 
-def run_costs(info: RunInfo, states: list[TaskState]) -> dict[int, dict[str, Any]]:
+def run_costs(info: RecordedRun, states: list[TaskState]) -> dict[int, dict[str, Any]]:
     """The figures of each finished task of a SLURM run, by task index; {} elsewhere or without accounting."""
     finished = {ts.job_id: ts.task for ts in states if ts.state in FINAL and ts.job_id}
     if info.executor != "slurm" or not finished:
@@ -70,8 +72,8 @@ def advice(costs: dict[int, dict[str, Any]], profile: dict[str, Any]) -> list[st
         lines.append(f"the run's peak memory per {per} was {max(peaks):.0f} MB of {of}: lower "
                      f"mem_per_task (now {profile.get('mem_per_task')})")
     limit_s = 60 * units.time_minutes(profile["time"]) if profile.get("time") is not None else None
-    longest = max(c["elapsed_s"] for c in costs.values())
-    if limit_s and longest < WASTE_BELOW * limit_s:
+    longest = max(c["elapsed_s"] or 0 for c in costs.values())  # (0: accounting has no elapsed time yet)
+    if limit_s and 0 < longest < WASTE_BELOW * limit_s:
         lines.append(f"the longest task ran {longest:.0f} s of its {limit_s // 60} min limit: lower time "
                      f"(now {profile.get('time')})")
     return lines

@@ -1,4 +1,5 @@
-"""Every name in a run folder, in one place (the trainer's own from trainer.rank.rundir).
+"""Every name in a run folder, in one place (the trainer's own from trainer.rank.rundir; the torchrun
+shape's notes from launcher.cluster.rank_notes, which the node writes).
 
     runs/20261129-184500-digits-local/
         run.json        what was submitted (profile, job, executor parameters, job ids, command)
@@ -7,6 +8,7 @@
         job.yaml        the resolved job (batch size per rank and global)
         code/           the code the tasks import, copied at submission (snapshot.py; SNAPSHOT.json)
         logs/<job id>/  submitit's logs, one stdout/stderr pair per task (rank), and result pickles
+            torchrun/   `launch: torchrun`: each rank's note (rank-R.json: result, stop or error), stop flags
         metrics.jsonl   one line per epoch, written by rank 0
         events.jsonl    started/resumed/stopped/finished, written by rank 0 (restarts are read from it)
         checkpoints/    ckpt-<step>.pt, the newest K
@@ -19,10 +21,13 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+from launcher.cluster import rank_notes
 from trainer.config.schema import ConfigError
 from trainer.rank import rundir
 
@@ -35,9 +40,14 @@ FAILURE_FILE = "failure.json"
 # Written by the trainer (trainer.rank.rundir holds those names).
 METRICS_FILE = rundir.METRICS_FILE
 EVENTS_FILE = rundir.EVENTS_FILE
+ATTEMPT_BANNER = rundir.ATTEMPT_BANNER  # how a rank's log marks an attempt's start
 CURVES_FILE = "curves.png"
 SUMMARY_CSV, SUMMARY_MD, SUMMARY_PNG = "summary.csv", "summary.md", "summary.png"
 LOGS_DIR = "logs"
+TORCHRUN_DIR = rank_notes.TORCHRUN_DIR  # in a job's logs: written on the node (launcher.cluster.rank_notes)
+# The code snapshot (launcher.rundir.snapshot): the code the tasks import, your project's copy when it is
+# not this tool's checkout, and the note in code/ naming what was copied.
+SNAPSHOT_DIR, PROJECT_DIR, NOTE_FILE = "code", "project", "SNAPSHOT.json"
 
 
 # Room left in a run folder's name for the "-N" suffix of a second run in the same second.
@@ -67,13 +77,33 @@ def new_run_dir(runs_root: Path, job_name: str, profile_name: str) -> Path:
     return next_free(root / name)
 
 
+def _names(base: Path) -> Iterator[Path]:
+    """`base`, `base-2`, `base-3`, ...: a run folder's name, then those of runs made in the same second."""
+    yield base
+    for n in itertools.count(2):
+        yield base.with_name(f"{base.name}-{n}")
+
+
 def next_free(base: Path) -> Path:
-    """`base`, or `base-2`, `base-3`, ... : the first name not taken yet."""
-    path, n = base, 1
-    while path.exists():
-        n += 1
-        path = base.with_name(f"{base.name}-{n}")
-    return path
+    """The first of `base`, `base-2`, ... not taken yet (what a dry run shows; `claim` makes it)."""
+    return next(path for path in _names(base) if not path.exists())
+
+
+def claim(base: Path) -> Path:
+    """Make the run folder `base`, or the first of `base-2`, ... that no other submitter made meanwhile
+    (two runs of one job started in the same second): `mkdir` is the claim, so two never share one. The
+    one way every creator of a run folder (a submission here or on the cluster side, `probe`, the local
+    record of one over SSH) makes it; private (0700) whatever the umask: it will hold pickles that get
+    loaded. Returns the folder."""
+    base.parent.mkdir(parents=True, exist_ok=True)
+    for path in _names(base):
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        path.chmod(0o700)
+        return path
+    raise AssertionError("not reached: the names never end")
 
 
 def _limits(root: Path) -> tuple[int, int]:

@@ -1,64 +1,26 @@
-"""How each rank of a job ended, from submitit's result pickles, and which failure is the cause.
-
-The failure shown first is the root cause: the rank that raised, or the rank that srun saw die
-first (killed, or exited with an error); its peers only die of the consequences (closed
-connections, collective timeouts, srun's kill-on-bad-exit) and are listed after it.
-"""
+"""How each rank of a job ended, from submitit's result pickles (in the torchrun shape, from the ranks'
+own notes: launcher.cluster.rank_notes), and which failure is the cause (the one rule:
+launcher.cluster.failures.root_cause_first)."""
 
 from __future__ import annotations
 
 import os
 import pickle
-import re
 import stat
 from pathlib import Path
 from typing import Any
 
-from launcher.cluster.said import last_line
+from launcher.cluster.failures import last_line, root_cause_first, traceback_body
+from launcher.cluster.rank_notes import rank_failures, rank_notes
 from launcher.rundir.layout import job_files, job_log_dir, result_pickle_names
 from trainer.config.schema import ConfigError
-
-# What a rank that died of a peer's failure reports.
-SYMPTOMS = ("timed out", "Timeout", "Connection closed", "Connection reset", "Broken pipe",
-            "killed", "SIGTERM", "has not completed", "UncompletedJobError", "ended without a result")
-
-Failure = tuple[int, str, str]  # (rank, one-line error, full text)
-
-# How a `launch: torchrun` node task names the rank that failed under it (launcher.torchrun.RankFailed):
-# submitit keys a job's results by SLURM task, which in that shape is a node, not a rank.
-_RANK_FAILED = re.compile(r"^(?:[\w.]+\.)?RankFailed: rank (\d+) failed", re.MULTILINE)
-
-# The key under which a torchrun node task returns the nodes of its ranks, {rank: node}.
-RANK_NODES = "rank_nodes"
-
-
-def failed_rank(task: int, text: str) -> int:
-    """The rank a failure is about: the one a torchrun node task named, else the task's own index
-    (in the tasks shape, one SLURM task is one rank)."""
-    named = _RANK_FAILED.search(text)
-    return int(named.group(1)) if named else task
+from trainer.runners.envelope import RANK_NODES
 
 
 def error_text(text: str, default: str = "error") -> tuple[str, str]:
     """(the one-line error, the full text) of a rank's failure as submitit reports it: the traceback
     between "-----" rules, then a list of log paths; the traceback's last line is the exception."""
-    body = str(text).strip().split("\nYou can check full logs")[0]
-    lines = "\n".join(line for line in body.splitlines() if not line.strip().startswith("-----"))
-    return last_line(lines, default), str(text).strip()
-
-
-def root_cause_first(failures: list[Failure], first_dead: int | None = None) -> list[Failure]:
-    """Ranks that died of a peer's failure report timeouts or closed connections; show the cause first.
-
-    `first_dead` is the rank srun reported first (it outranks symptoms: a rank killed by a signal
-    leaves no traceback of its own)."""
-    def key(f: Failure) -> tuple[int, int]:
-        symptom = any(s in f[2] for s in SYMPTOMS)
-        if f[0] == first_dead:
-            return (1 if symptom else 0, f[0])
-        return (2 if symptom else 0, f[0])
-
-    return sorted(failures, key=key)
+    return last_line(traceback_body(str(text)), default), str(text).strip()
 
 
 def read_outcomes(run_dir: Path, job_id: str,
@@ -82,6 +44,17 @@ def read_outcomes(run_dir: Path, job_id: str,
         if rank.isdigit():
             out[int(rank)] = (str(kind), value)
     return out
+
+
+def succeeded(result_pickle: Path) -> bool:
+    """Whether a rank's result file (submitit's pickle of ("success", result) or ("error", traceback))
+    holds a success; False while it is missing or half written (the wait of a run whose failed attempt
+    may come back by itself, launcher.request.waiting)."""
+    try:
+        with open(result_pickle, "rb") as fh:
+            return bool(pickle.load(fh)[0] == "success")  # noqa: S301 - the run's own private folder
+    except Exception:  # noqa: BLE001 - missing, torn or foreign: not a success
+        return False
 
 
 def check_private(run_dir: Path, folder: Path) -> None:
@@ -110,11 +83,12 @@ def check_private(run_dir: Path, folder: Path) -> None:
 _CHECKED: set[str] = set()
 
 
-def failure_of(outcomes: dict[int, tuple[str, Any]]) -> tuple[int, str] | None:
-    """The failed rank and its one-line error, the root cause first (peers die of timeouts)."""
-    failures = [(failed_rank(rank, str(v)), *error_text(str(v))) for rank, (kind, v) in outcomes.items()
-                if kind != "success"]
+def failure_of(outcomes: dict[int, tuple[str, Any]], job_folder: Path | None = None) -> tuple[int, str] | None:
+    """The failed rank and its one-line error, the root cause first (peers die of timeouts). In the
+    torchrun shape (`job_folder`'s rank notes) the ranks that failed under a node task, not the node."""
+    failures = [(task, *error_text(str(v))) for task, (kind, v) in outcomes.items() if kind != "success"]
     if not failures:
         return None
-    rank, short, _ = root_cause_first(failures)[0]
+    named, times = rank_failures(rank_notes(job_folder)) if job_folder is not None else ([], {})
+    rank, short, _ = root_cause_first(named or failures, times=times)[0]
     return rank, short

@@ -7,11 +7,11 @@ their input is newer than the file, so `status` stays quick on a finished sweep.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from launcher.rundir.layout import CURVES_FILE, METRICS_FILE
+from trainer.rank import jsonlines
 
 
 def _figure(**kwargs: Any) -> Any:
@@ -24,20 +24,9 @@ def _figure(**kwargs: Any) -> Any:
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    path = run_dir / METRICS_FILE
-    if not path.exists():
-        return []
-    rows = []
-    # Not UTF-8, nested without end, not an object: a torn, foreign or hostile line is skipped like
-    # one being written right now (`status` draws from the others).
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            row = json.loads(line)
-        except (ValueError, RecursionError):
-            continue
-        if isinstance(row, dict):
-            rows.append(row)
-    return rows
+    """metrics.jsonl's rows (trainer.rank.jsonlines: a torn, foreign or hostile line is skipped like
+    one being written right now; `status` draws from the others)."""
+    return jsonlines.read(run_dir / METRICS_FILE)
 
 
 def _numbers(row: dict[str, Any], *keys: str) -> bool:

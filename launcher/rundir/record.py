@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from launcher.config.profile import slurm_conf_file
-from launcher.rundir import shapes
+from launcher.rundir import record_types as shapes
 from launcher.rundir.layout import (
     FAILURE_FILE,
     JOB_FILE,
@@ -51,7 +51,7 @@ def read_json(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: not a record the submitter writes (JSON nested too deeply)") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a JSON object, got {type(data).__name__}")
-    # Each record's fields checked against their one shape (launcher.rundir.shapes), whoever reads it.
+    # Each record's fields checked against their one shape (launcher.rundir.record_types), whoever reads it.
     return shapes.check(path, data, _SHAPES.get(path.name, {}))
 
 
@@ -69,8 +69,7 @@ def read_optional(path: Path) -> dict[str, Any] | None:
 # ----- run.json ------------------------------------------------------------------------------------
 
 def create(run_dir: Path, description: dict[str, Any], argv: list[str]) -> None:
-    run_dir.mkdir(parents=True, exist_ok=False)
-    run_dir.chmod(0o700)  # private whatever the umask: it will hold pickles that get loaded
+    """The records of a new run, in the folder just claimed for it (layout.claim)."""
     (run_dir / PROFILE_FILE).write_text(yaml.safe_dump(description["profile"], sort_keys=False))
     job = dict(description["job"])
     job["global_batch_size"] = description["global_batch_size"]  # shown, not read back
@@ -79,12 +78,12 @@ def create(run_dir: Path, description: dict[str, Any], argv: list[str]) -> None:
                                     "job_ids": []})
 
 
-def read_record(run_dir: Path) -> dict[str, Any]:
+def read_run_record(run_dir: Path) -> dict[str, Any]:
     return read_json(run_dir / RUN_FILE)
 
 
 def update_record(run_dir: Path, **fields: Any) -> dict[str, Any]:
-    record = read_record(run_dir)
+    record = read_run_record(run_dir)
     record.update(fields)
     write_json(run_dir / RUN_FILE, record)
     return record
@@ -134,7 +133,7 @@ def read_tasks(run_dir: Path) -> dict[int, dict[str, Any]]:
 # ----- a run, as recorded --------------------------------------------------------------------------
 
 @dataclass
-class RunInfo:
+class RecordedRun:
     """A run folder and its run.json, as `status`, `logs`, `cancel` and `--resume` find it."""
 
     run_dir: Path
@@ -190,9 +189,9 @@ class RunInfo:
         return [[ids[t]] if t < len(ids) else [] for t in range(self.num_tasks)]
 
 
-def load_run(run_dir: Path) -> RunInfo:
-    """A run folder's run.json, every field the commands read checked (launcher.rundir.shapes)."""
-    return RunInfo(run_dir, shapes.run_record(run_dir / RUN_FILE, read_record(run_dir)))
+def load_run(run_dir: Path) -> RecordedRun:
+    """A run folder's run.json, every field the commands read checked (launcher.rundir.record_types)."""
+    return RecordedRun(run_dir, shapes.run_record(run_dir / RUN_FILE, read_run_record(run_dir)))
 
 
 def _is(value: Any, kind: type) -> bool:

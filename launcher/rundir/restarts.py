@@ -83,7 +83,7 @@ def read(run_dir: Path | str) -> Restarts:
 
 def classify(log: list[dict[str, Any]]) -> Restarts:
     attempts = events.attempts(log)
-    if not any(e["event"] == "started" for e in log):
+    if not any(events.starts_attempt(e) for e in log):
         # A run without launcher "started" lines (the trainer run by hand): each resume is a restart.
         return Restarts([Restart("failure", e.get("time", 0.0), str(e.get("job_id", "")), e.get("step"))
                          for e in log if e["event"] == "resumed"])
@@ -93,7 +93,7 @@ def classify(log: list[dict[str, Any]]) -> Restarts:
         resumed = next((e for e in current if e["event"] == "resumed"), None)
         stopped = next((e for e in reversed(previous) if e["event"] == "stopped"), None)
         failed = next((e for e in reversed(previous) if e["event"] == FAILURE_EVENT), None)
-        before = next((e for e in previous if e["event"] == "started"), {})
+        before = next((e for e in previous if events.starts_attempt(e)), {})
         same_job = str(before.get("job_id", "")) == str(start.get("job_id", ""))
         restart = Restart("failure", start.get("time", 0.0), str(start.get("job_id", "")),
                           None if resumed is None else resumed.get("step"),

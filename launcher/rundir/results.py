@@ -22,7 +22,7 @@ from typing import Any
 from launcher.rundir import plots
 from launcher.rundir.cost import COST_COLUMNS
 from launcher.rundir.layout import CURVES_FILE, METRICS_FILE, RESULT_FILE, SUMMARY_CSV, SUMMARY_MD, SUMMARY_PNG
-from launcher.rundir.record import RunInfo, load_run, read_optional, update_record, write_result
+from launcher.rundir.record import RecordedRun, load_run, read_optional, update_record, write_result
 from launcher.rundir.states import ACTIVE, TaskState, task_states
 from trainer.config.sweep import swept_keys
 
@@ -35,7 +35,7 @@ def metric_columns(target: str) -> list[str]:
     return METRIC_COLUMNS if target in METRIC_COLUMNS else [target, *METRIC_COLUMNS]
 
 
-def rows_of(info: RunInfo, states: list[TaskState]) -> tuple[list[dict[str, Any]], list[str]]:
+def rows_of(info: RecordedRun, states: list[TaskState]) -> tuple[list[dict[str, Any]], list[str]]:
     """One row per task and the swept keys (the overrides' keys, in the order the sweep names them)."""
     swept = swept_keys(info.overrides)
     rows = []
@@ -117,7 +117,7 @@ def overall_state(states: list[TaskState]) -> str:
 CURVES_BUDGET_S = 1.0
 
 
-def _write_task_results(info: RunInfo, states: list[TaskState], max_curves: int | None,
+def _write_task_results(info: RecordedRun, states: list[TaskState], max_curves: int | None,
                         budget_s: float | None = None) -> int:
     """Each completed task's final metrics as result.json in its folder, and its curves picture
     (at most `max_curves` new pictures, ~0.1 s each); returns how many pictures are left to draw."""

@@ -4,7 +4,7 @@ The retry step of a SLURM job (launcher.heal) asks `decide` after each attempt t
 its answer as a "failure" event in the task's events.jsonl (what `status`, `--json` and `restart_causes`
 read back). A failure that is the user's bug must not burn GPU hours:
 
-* a node's failure (launcher.rundir.failures) is retried, without that node;
+* a node's failure (launcher.cluster.fault_origin) is retried, without that node;
 * the code's failure is not retried when it happened before the first step of the run's first
   attempt (an import error, a wrong shape, a missing file), nor when it is the same exception from the
   same place (`signature`) as the failure of an earlier attempt;
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.rundir import exclusions
-from launcher.rundir.failures import Verdict
+from launcher.cluster.fault_origin import Verdict
 from trainer.rank import events
 
 FAILURE_EVENT = "failure"

@@ -16,7 +16,7 @@ are left out too, and a project over `snapshot_max_mb` is refused before anythin
 its largest files (`survey`, run by the check). Your files are copied, never hard-linked to: a hard
 link shares the file, and an editor or `>>` writing in place would change the snapshot. A file
 unchanged since the previous snapshot of the same folder in the same runs folder is hard-linked to
-that snapshot's copy instead, which nothing writes (links.py has the rule and why it is safe;
+that snapshot's copy instead, which nothing writes (snapshot_links.py has the rule and why it is safe;
 docs/performance.md the cost). `RUN/code/SNAPSHOT.json` notes commit, dirty state, files, bytes,
 files linked, seconds, the project root and the submit directory. `--resume` and requeues reuse the snapshot
 already in the run folder; `snapshot: false` turns it off (the tasks import the live code).
@@ -35,14 +35,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from launcher.rundir import links
-from launcher.rundir.layout import RUN_FILE
+from launcher import filestamp
+from launcher.rundir import snapshot_links as links
+from launcher.rundir.layout import NOTE_FILE, PROJECT_DIR, RUN_FILE, SNAPSHOT_DIR
 from trainer.config.lookup import CODE_ROOT
 from trainer.config.schema import ConfigError
 
-SNAPSHOT_DIR = "code"
-PROJECT_DIR = "project"
-NOTE_FILE = "SNAPSHOT.json"
 PACKAGES = ("launcher", "trainer")
 # Left out of a walk (no git to say what is ignored): caches, environments and other tools' state.
 WALK_SKIPS = {".git", "__pycache__", ".venv", "venv", "env", "node_modules", ".mypy_cache", ".pytest_cache",
@@ -60,23 +58,19 @@ class Survey:
     bytes: int
     git: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
-    stats: dict[str, links.Entry] = field(default_factory=dict)  # name: its stat as listed (links.source_stat)
+    # name: its stamp as listed (filestamp.source_stat): the copy and a submission over SSH (which hashes
+    # by them, launcher.remote.sync) need no second lstat per file.
+    stats: dict[str, filestamp.Entry] = field(default_factory=dict)
     stat_at: float = 0.0  # when listing began: the stats are no older than this
-
-    @property
-    def stamps(self) -> dict[str, tuple[int, int, int]]:
-        """Each file's (size, mtime_ns, inode) as listed: a submission over SSH hashes by them
-        (launcher.commands.remote_sync) without a second lstat per file."""
-        return {name: (e[0], e[1], e[3]) for name, e in self.stats.items()}
 
 
 def snapshot_dir(run_dir: Path) -> Path:
     return run_dir / SNAPSHOT_DIR
 
 
-def project_dir(run_dir: Path, project_root: str) -> Path:
-    """Where the run's copy of the project is (RUN/code when the project is this checkout)."""
-    same = project_root and Path(project_root).resolve() == CODE_ROOT.resolve()
+def project_dir(run_dir: Path, project_root: str, code_root: Path = CODE_ROOT) -> Path:
+    """Where the run's copy of the project is (RUN/code when the project is the tool's own checkout)."""
+    same = project_root and Path(project_root).resolve() == code_root.resolve()
     return snapshot_dir(run_dir) if same else run_dir / PROJECT_DIR
 
 
@@ -93,7 +87,7 @@ def survey(root: Path, excludes: list[str], max_mb: float, source: str, skip: li
         fnmatch.fnmatch(f, g) or fnmatch.fnmatch(os.path.basename(f), g) for g in excludes)
     files, git = _git_files(root, ())()
     sizes: dict[str, int] = {}
-    top, stats = str(root), {}  # type: tuple[str, dict[str, links.Entry]]  # kept for the copy (links.py)
+    top, stats = str(root), {}  # type: tuple[str, dict[str, filestamp.Entry]]  # kept for the copy (snapshot_links.py)
     total = 0
     for name in (files if files is not None else _walk(root)):
         if not wanted(name):
@@ -104,7 +98,7 @@ def survey(root: Path, excludes: list[str], max_mb: float, source: str, skip: li
             continue
         if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
             continue  # a submodule's folder
-        sizes[name], stats[name], total = st.st_size, links.source_stat(st), total + st.st_size
+        sizes[name], stats[name], total = st.st_size, filestamp.source_stat(st), total + st.st_size
         if total > cap and files is None:
             break  # a walk of a large folder (a home directory) stops at the cap, not at its end
     if total > cap:
@@ -120,8 +114,10 @@ def survey(root: Path, excludes: list[str], max_mb: float, source: str, skip: li
 
 
 def ensure(run_dir: Path, project: Survey | None = None, submit_dir: Path | None = None,
-           code_root: Path = CODE_ROOT) -> Path:
-    """RUN/code (and RUN/project) with the code to run: the snapshot already there (--resume), else a new copy."""
+           code_root: Path = CODE_ROOT, origin: dict[str, Any] | None = None) -> Path:
+    """RUN/code (and RUN/project) with the code to run: the snapshot already there (--resume), else a new
+    copy of `code_root` (the tool) and `project`. `origin`: what the note also says of where each came
+    from ({"code": {...}, "project": {...}}: over SSH, the laptop's commit and folders)."""
     target = snapshot_dir(run_dir)
     if (target / NOTE_FILE).is_file():
         return target
@@ -142,8 +138,9 @@ def ensure(run_dir: Path, project: Survey | None = None, submit_dir: Path | None
     tool = {"from": str(code_root.resolve()), "files": len(files), "bytes": size, "linked": linked,
             "seconds": round(time.perf_counter() - start, 4), **git}
     if project is not None:
-        note["project"].update(root=str(project.root), submit_dir=str(submit_dir or Path.cwd()))
-    (partial / NOTE_FILE).write_text(json.dumps({**tool, **note}, indent=1) + "\n")
+        note["project"].update(root=str(project.root), submit_dir=str(submit_dir or Path.cwd()),
+                               **(origin or {}).get("project", {}))
+    (partial / NOTE_FILE).write_text(json.dumps({**tool, **(origin or {}).get("code", {}), **note}, indent=1) + "\n")
     for tree, files_of in manifest.items():
         (partial / links.MANIFEST.format(tree)).write_text(json.dumps(files_of, separators=(",", ":")))
     os.replace(partial, target)  # complete or absent: never a half-copied snapshot
@@ -168,11 +165,12 @@ def _describe(project: Survey, started: float) -> dict[str, Any]:
 def _copy(root: Path, files: list[str], dest: Path, tree: str, manifest: dict[str, Any],
           listed: Survey | None = None, rename: bool = True) -> tuple[int, int]:
     """Copy `files` of `root` into `dest` (through a `.partial` folder when `rename`), linking those unchanged
-    since the previous snapshot (links.py); their bytes and how many were linked."""
+    since the previous snapshot (snapshot_links.py); their bytes and how many were linked."""
     partial = dest.with_name(f".{dest.name}.partial") if rename else dest
     shutil.rmtree(partial, ignore_errors=True)
     os.makedirs(partial)
-    stats, at = (dict(listed.stats), listed.stat_at) if listed is not None else ({}, time.time())
+    # The listing's stats where it made them (on another machine, a listing over SSH has none: stat here).
+    stats, at = (dict(listed.stats), listed.stat_at) if listed is not None and listed.stats else ({}, time.time())
     lender = links.previous(dest.parent, root.resolve(), tree)
     linked, copied = links.plan(root, files, stats, lender)
     made: set[str] = set()
@@ -182,7 +180,7 @@ def _copy(root: Path, files: list[str], dest: Path, tree: str, manifest: dict[st
     tar = shutil.which("tar")
     # One tar pipe copies 20,000 files 4x faster than a Python loop (docs/performance.md). Modes come
     # from the submitter's umask (077: run folders are private), not from the checkout's 0644, less
-    # write permission (links.py: snapshots are never written); symbolic links stay links.
+    # write permission (snapshot_links.py: snapshots are never written); symbolic links stay links.
     # (A few hundred files copy faster in this process than two tar processes start.)
     if tar is None or len(copied) < TAR_FROM or not _tar_copy(tar, root, copied, partial):
         _copy_here(root, copied, partial, made)

@@ -27,10 +27,10 @@ from typing import Any
 from launcher.cluster import local
 from launcher.cluster.slurm.accounting import REQUEUED_AFTER, SchedulerRecord, sacct_records, squeue_records
 from launcher.cluster.slurm.env import slurm_env
-from launcher.rundir import restarts, shapes
-from launcher.rundir.layout import FAILURE_FILE, RESULT_FILE, job_files, log_name
+from launcher.rundir import record_types as shapes, restarts
+from launcher.rundir.layout import FAILURE_FILE, RESULT_FILE, TORCHRUN_DIR, job_files, job_log_dir, log_name
 from launcher.rundir.outcomes import failure_of, read_outcomes
-from launcher.rundir.record import RunInfo, read_optional
+from launcher.rundir.record import RecordedRun, read_optional
 
 ACTIVE = ("pending", "running", "requeued")
 FINAL = ("completed", "failed", "cancelled", "timeout")
@@ -61,11 +61,22 @@ class TaskState:
     # The outcome came from the task's result.json (see finished_record), not its pickles and logs.
     recorded: bool = False
 
+    @property
+    def attempt(self) -> int:
+        """The task's attempt now (1 for the first; 0: never submitted): its restarts, from the scheduler
+        and its events (trainer.rank.events counts attempts), plus one. `status` and `watch` show this one number."""
+        return self.restarts + 1 if self.job_id else 0
+
+    @property
+    def waiting(self) -> bool:
+        """Whether SLURM says why this task waits or when it should start (`status` and `watch` show it)."""
+        return self.state in ("pending", "requeued") and bool(self.reason or self.expected_start)
+
     def as_json(self) -> dict[str, Any]:
         return {"task": self.task, "state": self.state, "restarts": self.restarts, "job_id": self.job_id,
                 "source": self.source, "wall_time_s": _round(self.wall_time_s), "error": self.error or None,
                 "failed_rank": self.failed_rank, "overrides": self.overrides, "task_dir": str(self.task_dir),
-                "attempts": len(self.job_history), "start": self.start if self.state != "pending" else None,
+                "attempts": self.attempt, "start": self.start if self.state != "pending" else None,
                 "end": self.end, "reason": self.reason or None,
                 "expected_start": self.expected_start, "result": self.result}
 
@@ -108,7 +119,7 @@ def finished_record(task_dir: Path, job_id: str) -> dict[str, Any] | None:
     return None
 
 
-def _submitted_at(info: RunInfo, job_id: str) -> float:
+def _submitted_at(info: RecordedRun, job_id: str) -> float:
     """When `job_id` was queued: the run's creation, or the --resume that queued it."""
     for entry in info.record.get("resumes") or []:
         if job_id in entry.get("job_ids", []):
@@ -120,7 +131,7 @@ def _int_or_none(value: Any) -> int | None:
     return int(value) if isinstance(value, int) else None
 
 
-def _recorded_outcome(info: RunInfo, task_dir: Path) -> tuple[str, dict[str, Any] | None, str, Any] | None:
+def _recorded_outcome(info: RecordedRun, task_dir: Path) -> tuple[str, dict[str, Any] | None, str, Any] | None:
     """(state, result, error, failed rank) from result.json / failure.json / run.json, where a submitter
     wrote them."""
     result = read_optional(task_dir / RESULT_FILE)
@@ -134,7 +145,7 @@ def _recorded_outcome(info: RunInfo, task_dir: Path) -> tuple[str, dict[str, Any
     return None
 
 
-def task_states(info: RunInfo, use_scheduler: bool = True) -> list[TaskState]:
+def task_states(info: RecordedRun, use_scheduler: bool = True) -> list[TaskState]:
     """The state of every task of the run (one for a single run)."""
     task_jobs = info.task_jobs
     current = [ids[-1] if ids else "" for ids in task_jobs]
@@ -171,7 +182,7 @@ def _from_scheduler(ts: TaskState, record: SchedulerRecord, waiting: SchedulerRe
         ts.reason, ts.expected_start = waiting.reason, waiting.start
 
 
-def _from_folder(ts: TaskState, info: RunInfo, job_id: str, outcomes: dict[int, tuple[str, Any]],
+def _from_folder(ts: TaskState, info: RecordedRun, job_id: str, outcomes: dict[int, tuple[str, Any]],
                  failure: tuple[int, str] | None) -> tuple[int, str] | None:
     """The state of a task the scheduler does not know (any more); returns the failure that stands."""
     ts.source = "run folder"
@@ -196,7 +207,7 @@ def _from_folder(ts: TaskState, info: RunInfo, job_id: str, outcomes: dict[int, 
     return failure
 
 
-def _one_task(info: RunInfo, task: int, job_id: str, history: list[str],
+def _one_task(info: RecordedRun, task: int, job_id: str, history: list[str],
               sacct: dict[str, SchedulerRecord] | None, squeue: dict[str, SchedulerRecord] | None,
               overrides: dict[str, Any]) -> TaskState:
     ts = TaskState(task, job_id, "unknown", overrides=overrides, task_dir=info.task_dir(task),
@@ -212,7 +223,7 @@ def _one_task(info: RunInfo, task: int, job_id: str, history: list[str],
     # One listing of the job's log folder serves its pickles and its log times.
     files = job_files(info.run_dir, job_id) if finished is None else None
     outcomes = {0: ("success", finished)} if finished is not None else read_outcomes(info.run_dir, job_id, files)
-    failure = failure_of(outcomes)
+    failure = failure_of(outcomes, job_log_dir(info.run_dir, job_id) if files and TORCHRUN_DIR in files else None)
     record = (sacct or {}).get(job_id) or (squeue or {}).get(job_id)
     if record is not None:
         ts.source = "sacct" if sacct and job_id in sacct else "squeue"

@@ -12,15 +12,16 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from tests.userpkg.tiny import blobs
+from tests.userpkg.tiny import TinyConfig, blobs
 from trainer.api import Context, ResumableSampler, epoch_and_skip, steps_per_epoch
 
 
 @dataclass
-class Config:
+class Config(TinyConfig):
+    """tiny's knobs (its data set, batch size, ...), with a smaller data set and learning rate."""
+
     epochs: int = 3
     samples: int = 256
-    batch_size: int = 16
     lr: float = 0.05
 
 

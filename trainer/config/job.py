@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, get_args
 
 from trainer.config import files, lookup, project, values
 from trainer.config.schema import ConfigError, build, require
-from trainer.config.trackers import TrackerConfig
+from trainer.config.trackers import TrackerConfig, merged
 
 # Bounds on counts and sizes: beyond them torch (32-bit sizes in kernels), memory or the OS fail
 # later, after queueing; refusing them here keeps the failure at submission time.
@@ -22,7 +22,8 @@ SEED_MAX = 2**32 - 1
 MAX_SYNTHETIC = 1_000_000
 # The built-in recipe's models and datasets: the one list of their names (trainer.recipes.models and
 # .components build them; a test holds the two together).
-Model = Literal["lenet", "mlp", "resnet-small"]
+Model = Literal["lenet", "mlp", "resnet-small"]  # the one list of the built-in recipe's models
+DIGITS_MODEL: Model = "mlp"  # the model for the 8x8 digits; the others take 32x32 images
 Dataset = Literal["digits", "cifar10", "synthetic-cifar10"]
 
 
@@ -150,10 +151,11 @@ class JobConfig:
                 "'' or 'STEP:RANK' with two integers")
         require(_is_step_list(self.interrupt_at), "interrupt_at", self.interrupt_at,
                 "'' or global steps > 0 separated by commas, e.g. '12,40'")
-        if self.model == "mlp":
-            require(self.dataset == "digits", "model", self.model, "'lenet' or 'resnet-small' for 32x32 images")
+        if self.model == DIGITS_MODEL:
+            require(self.dataset == "digits", "model", self.model,
+                    " or ".join(repr(m) for m in get_args(Model) if m != DIGITS_MODEL) + " for 32x32 images")
         elif self.dataset == "digits":
-            require(False, "model", self.model, "'mlp' for the 8x8 digits data")
+            require(False, "model", self.model, f"{DIGITS_MODEL!r} for the 8x8 digits data")
 
 
 METRICS = ("test_accuracy", "test_loss", "train_loss", "images_per_second")
@@ -215,6 +217,22 @@ def data_folder(job: JobConfig, default: str) -> str:
     `data_dir`, or `python -m trainer --data-dir`). The one rule, for the submitter's checks, the
     run's settings and the built-in recipe alike."""
     return job.data_dir or default
+
+
+def task_places(job: JobConfig, data_dir: str, tracker: TrackerConfig | None, runs_dir: str,
+                here: bool = True) -> tuple[str, TrackerConfig]:
+    """What a profile decides for one task of `job`, by the one rules: its data folder (`data_folder`,
+    the profile's `data_dir` the default) and its trackers (trackers.merged over the profile's), MLflow's
+    store by default next to the run folders (`runs_dir`: every run there in one store, readable offline
+    with `mlflow ui`). `here`: the paths are this machine's (made absolute); else the cluster side's
+    over SSH, kept as written (they mean nothing here)."""
+    folder, trackers = data_folder(job, data_dir), merged(job.tracker, tracker, job.tensorboard)
+    if here:
+        folder = str(Path(folder).expanduser().resolve())
+    if trackers.mlflow and not trackers.mlflow.uri:  # (the runs folder resolved only for it: a dry run's cost)
+        runs = str(Path(runs_dir).expanduser().resolve()) if here else runs_dir
+        trackers.mlflow.uri = Path(runs, "mlruns").as_uri() if runs.startswith("/") else f"file:{runs}/mlruns"
+    return folder, trackers
 
 
 # A job file: found in ./jobs, the user folder, then the shipped jobs (trainer.config.lookup), with

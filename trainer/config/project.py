@@ -1,4 +1,5 @@
-"""Your project and the one lookup rule: where your entrypoint's module and your script are found.
+"""Your project and the one lookup rule: where your entrypoint's module and your script are found
+(`search_path`, `script_places`).
 
 The project root (decided once, at submission, by `root_for`):
   - the git work tree that holds the job file; for a job found by name among the shipped ones, or
@@ -74,6 +75,20 @@ def search_path(root: Path, submit_dir: Path, job_dir: Path | None) -> list[Path
         if extra is not None and (outside_too or inside(extra.resolve(), root)) and extra.resolve() not in out:
             out.append(extra.resolve())
     return out
+
+
+def script_places(script: str, submit_dir: Path, job_dir: str, root: str) -> list[Path]:
+    """Where a job's `script:` is looked for, first to last: as given when absolute; else in the directory
+    you submitted from, next to the job file (`job_dir`) and in the project root. The check before
+    queueing makes it absolute by this rule (the ranks run that file, in the snapshot), and `probe` reads it."""
+    if Path(script).is_absolute():
+        return [Path(script)]
+    return [submit_dir / script, *(Path(folder) / script for folder in dict.fromkeys((job_dir, root)) if folder)]
+
+
+def find_script(script: str, submit_dir: Path, job_dir: str, root: str) -> Path | None:
+    """The script by `script_places`' rule, resolved; None: it is in none of them."""
+    return next((path.resolve() for path in script_places(script, submit_dir, job_dir, root) if path.is_file()), None)
 
 
 def on_snapshot(path: Path, root: Path, snapshot: str | None) -> Path:

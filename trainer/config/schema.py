@@ -15,6 +15,7 @@ import math
 import types
 import typing
 from collections.abc import Mapping
+from pathlib import Path, PurePath
 from typing import Any, Literal, TypeVar, Union
 
 T = TypeVar("T")
@@ -54,9 +55,10 @@ def shown(value: Any, most: int = 200) -> str:
     return text if len(text) <= most else f"{text[:most // 2]}... ({len(text)} characters)"
 
 
-def bad_value_error(source: str, key: str, value: Any, expected: str) -> ConfigError:
-    err = ConfigError(f"{source}: key '{key}' has invalid value {shown(value)}; expected {expected}")
-    err.expected = expected  # type: ignore[attr-defined]  # (field_problem reads it)
+def bad_value_error(source: str, key: str, value: Any, expected: str, noun: str = "key") -> ConfigError:
+    err = ConfigError(f"{source}: {noun} '{key}' has invalid value {shown(value)}; expected {expected}")
+    # (field_problem reads what was expected; `build` with another noun, all three)
+    err.key, err.value, err.expected = key, value, expected  # type: ignore[attr-defined]
     return err
 
 
@@ -74,8 +76,17 @@ def field_problem(cls: type, key: str, value: Any) -> str | None:
     return None
 
 
-def build(cls: type[T], data: Mapping[str, Any], source: str, prefix: str = "") -> T:
-    """Create `cls` from `data`, checking keys and types; `source` names the file(s) for errors."""
+def build(cls: type[T], data: Mapping[str, Any], source: str, prefix: str = "", noun: str = "key") -> T:
+    """Create `cls` from `data`, checking keys and types; `source` names the file(s) for errors, which
+    call each entry a `noun` (a record's are fields, as launcher.rundir.record_types calls them)."""
+    if noun != "key":
+        try:
+            return build(cls, data, source, prefix)
+        except ConfigError as err:
+            bad = err.args[0] if err.args and isinstance(err.args[0], ConfigError) else err  # (an _OutOfRange)
+            if not hasattr(bad, "key"):
+                raise
+            raise bad_value_error(source, bad.key, bad.value, bad.expected, noun) from None
     if not isinstance(data, Mapping):
         raise ConfigError(f"{source}: expected a mapping of keys to values, got {type(data).__name__}")
     hints = type_hints(cls)
@@ -121,7 +132,8 @@ def _describe(tp: Any) -> str:
         return f"a list of {_describe(typing.get_args(tp)[0])}"
     if origin is dict:
         return "a mapping" if typing.get_args(tp)[1] is Any else "a mapping of names to strings"
-    return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(tp, str(tp))
+    return {int: "an integer", float: "a number", str: "a string", bool: "true or false",
+            Path: "a path", PurePath: "a path"}.get(tp, str(tp))
 
 
 def _coerce(value: Any, tp: Any, source: str, key: str) -> Any:
@@ -191,6 +203,9 @@ def _coerce(value: Any, tp: Any, source: str, key: str) -> Any:
     elif tp is str:
         if isinstance(value, str):
             return value
+    elif tp is PurePath or tp is Path:  # a path written as text (a record, a submission sent as JSON)
+        if isinstance(value, str) and value:
+            return tp(value)
     raise bad_value_error(source, key, value, _describe(tp))
 
 

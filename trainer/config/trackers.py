@@ -18,12 +18,21 @@ import re
 from dataclasses import dataclass, replace
 from typing import Literal, Optional
 
+from trainer.config import values
 from trainer.config.schema import require
 
 # What a tracking URI may start with: MLflow's own stores, or an absolute path (a file store).
 MLFLOW_SCHEMES = ("file", "http", "https", "sqlite", "postgresql", "mysql", "mssql", "databricks")
 # W&B's rule for project and entity names (no slashes, hashes, question marks, percents or colons).
 _WANDB_NAME = r"^[^/\\#?%:]{1,128}$"
+
+
+def _one_line(config: object, *keys: str) -> None:
+    """Names a tracker is given: one line of text, as every value that reaches a process or a file
+    (trainer.config.values), checked where the job or profile is loaded."""
+    for key in keys:
+        problem = values.text(getattr(config, key))
+        require(problem is None, key, getattr(config, key), problem or "")
 
 
 @dataclass
@@ -36,6 +45,7 @@ class MlflowConfig:
     experiment: str = ""
 
     def __post_init__(self) -> None:
+        _one_line(self, "uri", "experiment")  # (rank 0 hands both to MLflow, which puts them in files and URLs)
         scheme = self.uri.split(":", 1)[0] if ":" in self.uri else ""
         require(self.uri == "" or self.uri.startswith("/") or scheme in MLFLOW_SCHEMES, "uri", self.uri,
                 "'' (a file store next to the run folders), an absolute path, or a URI starting with "
@@ -52,6 +62,7 @@ class WandbConfig:
     mode: Literal["online", "offline", "disabled"] = "online"
 
     def __post_init__(self) -> None:
+        _one_line(self, "project", "entity")
         for key in ("project", "entity"):
             value = getattr(self, key)
             require(value == "" or bool(re.match(_WANDB_NAME, value)), key, value,

@@ -57,6 +57,12 @@ class DistEnv:
     num_nodes: int = 1  # the job's node count (torchrun's GROUP_WORLD_SIZE)
 
     @property
+    def scheduler_job_id(self) -> str:
+        """The id the scheduler, run.json, `status` and sacct name this job by: `A_T` for task T of
+        array A (its own SLURM_JOB_ID is another number), else the job id."""
+        return f"{self.array_job_id}_{self.array_task_id}" if self.array_job_id and self.array_task_id else self.job_id
+
+    @property
     def distributed(self) -> bool:
         return self.world_size > 1
 

@@ -8,7 +8,6 @@ The launcher makes it (trainer.runners.functions), or `trainer.api.init()` under
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -165,11 +164,8 @@ class Context:
 
 
 def previous_attempts(run_dir: Path) -> int:
-    """Attempts before this one: the launcher's count (trainer.rank.events), else torchrun's."""
-    number = events.attempt_number(run_dir)
-    if number:
-        return number - 1
-    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+    """Attempts before this one (trainer.rank.events: the launcher's count, else torchrun's)."""
+    return events.attempt_number(run_dir) - 1
 
 
 def _plain(value: Any) -> Any:

@@ -4,8 +4,8 @@ It is the run's memory across restarts: every attempt writes "started" (the laun
 rank 0, before training); the trainer adds "resumed" (which checkpoint, which step, which bad
 checkpoints it skipped), "stopped" (a stop signal: the step, the signal, whether the job requeued
 itself and why) and "finished". An attempt is what follows one "started" (`attempts`); the
-submitter's `restarts` and `status` read them back (launcher.rundir.restarts), and a rank knows its
-attempt number from them (`attempt_number`).
+submitter's `restarts`, `status` and `watch` read them back (launcher.rundir.restarts), and a rank knows
+its attempt number from them (`attempt_number`, the one count of attempts).
 
 No torch here: the submitter reads this file too.
 """
@@ -15,9 +15,11 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from trainer.rank import jsonlines
 from trainer.rank.rundir import EVENTS_FILE
 
 
@@ -38,21 +40,8 @@ def append(run_dir: Path | str, event: str, **fields: Any) -> dict[str, Any]:
 
 
 def read(run_dir: Path | str) -> list[dict[str, Any]]:
-    """All events in order; a torn or foreign line is skipped, not fatal."""
-    try:  # (no exists() first: `status` reads the events of every task of a sweep, 10,000 of them)
-        with open(os.path.join(run_dir, EVENTS_FILE), encoding="utf-8", errors="replace") as fh:
-            text = fh.read()
-    except (FileNotFoundError, NotADirectoryError):  # what exists() said no to
-        return []
-    out = []
-    for line in text.splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict) and _well_formed(record):
-            out.append(record)
-    return out
+    """All events in order; a torn or foreign line is skipped, not fatal (trainer.rank.jsonlines)."""
+    return [record for record in jsonlines.read(os.path.join(run_dir, EVENTS_FILE)) if well_formed(record)]
 
 
 # The fields readers use, with the types they use them as (launcher.rundir.restarts): a line with
@@ -61,10 +50,16 @@ _FIELDS = {"time": (int, float), "step": (int, type(None)), "job_id": (str, int,
            "reason": (str, type(None)), "signal": (str, int, type(None))}
 
 
-def _well_formed(record: dict[str, Any]) -> bool:
+def well_formed(record: dict[str, Any]) -> bool:
+    """An event line of the shape readers use (`_FIELDS`); `watch` skips the others as `read` does."""
     return isinstance(record.get("event"), str) and all(
         isinstance(record[key], kinds) and not (isinstance(record[key], bool) and bool not in kinds)
         for key, kinds in _FIELDS.items() if key in record)
+
+
+def starts_attempt(event: dict[str, Any]) -> bool:
+    """Whether `event` begins an attempt: the launcher's "started" (a "resumed" is part of one)."""
+    return event.get("event") == "started"
 
 
 def attempts(log: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
@@ -72,13 +67,18 @@ def attempts(log: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     run the launcher did not start, form an attempt of their own)."""
     out: list[list[dict[str, Any]]] = []
     for event in log:
-        if event["event"] == "started" or not out:
+        if starts_attempt(event) or not out:
             out.append([])
         out[-1].append(event)
     return out
 
 
-def attempt_number(run_dir: Path | str) -> int:
-    """This attempt's number (1 for the first) as the launcher recorded it: the run's "started"
-    events; 0 for a run the launcher did not start (torchrun by hand, plain python)."""
-    return sum(1 for e in read(run_dir) if e["event"] == "started")
+def attempt_number(run_dir: Path | str, environ: Mapping[str, str] | None = None) -> int:
+    """This attempt's number, 1 for the first: the run's "started" events as the launcher recorded
+    them; for a run the launcher did not start (torchrun by hand, plain python), torchrun's restart
+    count plus one. `status`, `watch`, the trackers and a script's rank all count with this."""
+    started = sum(1 for e in read(run_dir) if starts_attempt(e))
+    if started:
+        return started
+    restarts = (os.environ if environ is None else environ).get("TORCHELASTIC_RESTART_COUNT", "")
+    return int(restarts) + 1 if restarts.isdigit() else 1

@@ -25,6 +25,10 @@ TENSORBOARD_DIR = "tensorboard"
 TIMING_DIR = "startup"
 SCRIPT_STOPS_DIR = "script-stops"
 
+# How each rank's log marks the start of an attempt (launcher.node.task writes it to both of a rank's logs, so
+# that each file has it; the submitter's live view of a local run shows it once, launcher.request.echo).
+ATTEMPT_BANNER = "===== [submit.py] attempt started"
+
 # A pattern string: re compiles (and caches) it on first use.
 _CHECKPOINT = r"^ckpt-(\d{9})\.pt$"
 

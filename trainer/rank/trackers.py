@@ -41,7 +41,7 @@ class TrackerRun:
 
 
 @dataclass
-class RunInfo:
+class TrackedRun:
     """What the trackers are told about the run (trainer.runners.functions makes it)."""
 
     name: str  # the job's name: the default MLflow experiment and W&B project
@@ -58,7 +58,7 @@ class RunInfo:
 class Trackers:
     """The configured trackers of one run, on rank 0: `log` feeds them, `close` ends this attempt."""
 
-    def __init__(self, run_dir: Path, config: Any, info: RunInfo) -> None:
+    def __init__(self, run_dir: Path, config: Any, info: TrackedRun) -> None:
         self.run_dir, self.path = run_dir, run_dir / TRACKERS_FILE
         self.state: dict[str, Any] = _read(self.path)
         self.logged_before = int(self.state.get("last_step", -1))  # by earlier attempts: skipped now
@@ -77,7 +77,7 @@ class Trackers:
             self.runs["wandb"] = self._wandb(config.wandb, info, label, tags, params)
         self._save()
 
-    def _mlflow(self, config: Any, info: RunInfo, label: str, tags: dict[str, str],
+    def _mlflow(self, config: Any, info: TrackedRun, label: str, tags: dict[str, str],
                 params: dict[str, Any]) -> TrackerRun:
         # MLflow 3 refuses its file store unless asked: it is what works offline with no server to run.
         os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
@@ -100,7 +100,7 @@ class Trackers:
         self._mlflow_client = client
         return TrackerRun("mlflow", run_id, client=client)
 
-    def _wandb(self, config: Any, info: RunInfo, label: str, tags: dict[str, str],
+    def _wandb(self, config: Any, info: TrackedRun, label: str, tags: dict[str, str],
                params: dict[str, Any]) -> TrackerRun:
         import wandb  # only rank 0 of a run with tracker.wandb
 

@@ -127,7 +127,9 @@ def cifar10_missing_message(root: Path, reason: str) -> str:
             f"that holds it with --set job.data_dir=PATH (and --set job.download=false to never try the network)")
 
 
-def _cifar10_class(verify_checksums: bool):  # noqa: ANN202 - a torchvision dataset class
+def cifar10_class(verify_checksums: bool):  # noqa: ANN202 - a torchvision dataset class
+    """torchvision's CIFAR10, or (`verify_checksums` false) its reader of a locally made copy: the same
+    files and parsing, only their presence checked (the examples' LeNet programs read it too)."""
     # torchvision only for CIFAR-10: its import would cost every digits run a second per rank.
     from torchvision.datasets import CIFAR10
 
@@ -152,7 +154,7 @@ def _cifar10_class(verify_checksums: bool):  # noqa: ANN202 - a torchvision data
 
 def load_cifar10(root: Path, download: bool, verify_checksums: bool = True) -> ImageTensors:
     """CIFAR-10 through torchvision (its files, its checksums); the images stay uint8 arrays."""
-    cifar10 = _cifar10_class(verify_checksums)
+    cifar10 = cifar10_class(verify_checksums)
     try:
         train = cifar10(str(root), train=True, download=download)
         test = cifar10(str(root), train=False, download=False)
@@ -169,7 +171,7 @@ def fetch_cifar10(root: Path, verify_checksums: bool) -> None:
     """Download CIFAR-10 if missing (called by one rank per node while the others wait)."""
     root.mkdir(parents=True, exist_ok=True)
     try:
-        _cifar10_class(verify_checksums)(str(root), train=True, download=True)
+        cifar10_class(verify_checksums)(str(root), train=True, download=True)
     except OSError as err:
         raise DataError(cifar10_missing_message(root, f"download failed: {err}")) from None
 

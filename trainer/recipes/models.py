@@ -5,8 +5,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from trainer.config.job import Model
+
 
 class LeNet(nn.Module):
+    model_name: Model = "lenet"
     """The seed's LeNet for 3x32x32 images: Conv2d(3,6,5) … Linear(84,10)."""
 
     def __init__(self, num_classes: int = 10) -> None:
@@ -28,6 +31,7 @@ class LeNet(nn.Module):
 
 
 class MLP(nn.Module):
+    model_name: Model = "mlp"
     """A small network for the 8x8 digits (1 channel)."""
 
     def __init__(self, num_classes: int = 10) -> None:
@@ -68,6 +72,7 @@ class ConvGroup(nn.Module):
 
 
 class SmallResNet(nn.Module):
+    model_name: Model = "resnet-small"
     """A small airbench-style network (about 2M parameters): a 3x3 stem, three conv groups that
     halve the resolution (32 -> 16 -> 8 -> 4), a global max-pool and a linear head whose logits are
     scaled down (airbench: 1/9), which keeps early softmax outputs soft and lets a high learning
@@ -93,8 +98,9 @@ class SmallResNet(nn.Module):
         return self.head(x) * self.logit_scale
 
 
-# By the names a job's `model` takes (trainer.config.job.Model).
-MODELS: dict[str, type[nn.Module]] = {"lenet": LeNet, "mlp": MLP, "resnet-small": SmallResNet}
+# By the name a job's `model` takes: each class says which of trainer.config.job.Model's it is (that Literal
+# is the one list of names; a test holds every name to a class here).
+MODELS: dict[str, type[nn.Module]] = {cls.model_name: cls for cls in (LeNet, MLP, SmallResNet)}
 
 
 def build_model(name: str, num_classes: int = 10) -> nn.Module:

@@ -28,7 +28,7 @@ from trainer.distributed.environment import DistEnv
 from trainer.rank import rundir, timing
 from trainer.rank.context import Context, previous_attempts
 from trainer.rank.stopping import StopHook, StopRequested, StopSignals
-from trainer.rank.trackers import RunInfo, Trackers
+from trainer.rank.trackers import TrackedRun, Trackers
 from trainer.runners import entrypoints
 from trainer.runners.envelope import envelope
 
@@ -114,7 +114,7 @@ def closed_on_error(trackers: Trackers | None) -> Iterator[None]:
         raise
 
 
-def tracker_info(job: JobConfig, settings: RunSettings, env: DistEnv, attempt: int) -> RunInfo:
+def tracker_info(job: JobConfig, settings: RunSettings, env: DistEnv, attempt: int) -> TrackedRun:
     """What the trackers record of this run: your `config:` (an entrypoint's) or the recipe's job keys."""
     params = dict(job.config) if job.entrypoint else \
         {k: v for k, v in asdict(job).items() if k not in ("config", "args", "extra", "code_dir", "tracker")}
@@ -123,9 +123,8 @@ def tracker_info(job: JobConfig, settings: RunSettings, env: DistEnv, attempt: i
         commit = str(json.loads(note.read_text(encoding="utf-8")).get("git_commit") or "")
     except (OSError, ValueError, AttributeError):
         commit = ""
-    # An array task by the id run.json, `status` and sacct name it with (`7_2`), not its own number (SLURM_JOB_ID).
-    job_id = f"{env.array_job_id}_{env.array_task_id}" if env.array_job_id and env.array_task_id else env.job_id
-    return RunInfo(job.name, params, attempt, job_id, settings.profile, settings.sweep, settings.task,
+    # An array task by the id run.json, `status` and sacct name it with (`7_2`), not its own SLURM_JOB_ID.
+    return TrackedRun(job.name, params, attempt, env.scheduler_job_id, settings.profile, settings.sweep, settings.task,
                    tuple(settings.swept), commit)
 
 

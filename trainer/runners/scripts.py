@@ -80,7 +80,7 @@ def child_environment(env: DistEnv, settings: RunSettings, restarts: int, thread
 def run_script(job: JobConfig, settings: RunSettings, env: DistEnv, stops: StopSignals,
                on_stop: StopHook | None = None) -> dict[str, Any]:
     """Run the job's script on this rank to its end; its result, or StopRequested / ScriptFailed."""
-    number = max(events.attempt_number(settings.run_dir), 1)
+    number = events.attempt_number(settings.run_dir)
     if env.is_main and number > 1 and not rundir.has_checkpoint(settings.run_dir):
         events.append(settings.run_dir, "restarted_from_scratch", attempt=number, script=job.script)
     with tempfile.TemporaryDirectory(prefix="trainer-script-") as channel:

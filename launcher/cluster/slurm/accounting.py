@@ -90,23 +90,33 @@ def _time(text: str) -> float | None:
         return None
 
 
-def sacct_records(job_ids: list[str], env: dict[str, str],
-                  since: float | None = None) -> dict[str, SchedulerRecord] | None:
-    """The current record of each job (array tasks one by one); None where accounting is unavailable.
+def sacct(job_ids: list[str], columns: tuple[str, ...], env: dict[str, str], since: float | None = None,
+          allocations_only: bool = False) -> list[dict[str, str]] | None:
+    """sacct's rows for `job_ids` (whole arrays; every life of a requeued job, `--duplicates`), keyed by
+    `columns`, the one way this tool asks sacct; None where accounting is off or unavailable, [] for no ids.
 
     `since` (the run's creation) keeps out older jobs with the same ids: a cluster whose controller
-    state was reset numbers its jobs from 1 again while its accounting database remembers them."""
+    state was reset numbers its jobs from 1 again while its accounting database remembers them.
+    `allocations_only`: the jobs' records without their steps (`-X`)."""
     if env.get(NO_SACCT_ENV, "") not in ("", "0"):
         return None
     if not job_ids:
-        return {}
+        return []
     window = ["-S", time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since - 60))] if since else []
-    out = query(["sacct", "-X", "-D", "-P", "-j", ",".join(distinct_bases(job_ids)), *window,
-                 f"--format={','.join(SACCT_COLUMNS)}"], env)
-    if out is None:
+    out = query(["sacct", *(["-X"] if allocations_only else []), "-D", "-P", "-j", ",".join(distinct_bases(job_ids)),
+                 *window, f"--format={','.join(columns)}"], env)
+    return None if out is None else table(out)
+
+
+def sacct_records(job_ids: list[str], env: dict[str, str],
+                  since: float | None = None) -> dict[str, SchedulerRecord] | None:
+    """The current record of each job (array tasks one by one); None where accounting is unavailable
+    (`since`: as in `sacct`)."""
+    rows = sacct(job_ids, SACCT_COLUMNS, env, since, allocations_only=True)
+    if rows is None:
         return None
     records: dict[str, SchedulerRecord] = {}
-    for row in table(out):
+    for row in rows:
         slurm_state = row["State"].split()[0] if row["State"] else "PENDING"
         for one in expand_array_id(row["JobID"]):
             previous = records.get(one)

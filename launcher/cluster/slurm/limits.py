@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from launcher.cluster.said import last_line
+from launcher.cluster.failures import last_line
 from launcher.cluster.slurm import capacity, gres
 from launcher.cluster.slurm.env import slurm_env
 from launcher.cluster.slurm.sbatch import SlurmRequest

@@ -13,7 +13,7 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Callable
 
-from launcher.cluster.said import last_line
+from launcher.cluster.failures import last_line
 from launcher.cluster.slurm.limits import Partition, parse_partitions, parse_record, parse_records
 from trainer.distributed import hostlist
 

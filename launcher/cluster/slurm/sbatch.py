@@ -55,6 +55,9 @@ class SlurmRequest:
     container: str = ""  # image ("": none)
     container_runtime: str = "apptainer"  # apptainer, singularity or pyxis
     container_binds: list[str] = field(default_factory=list)  # SRC[:DST[:ro]], the run folder and code included
+    # Each rank's CPU threads (the profile's cpus_per_task; 0: cpus_per_task here, one rank per task). In
+    # the torchrun shape one task holds a node's ranks, so its cpus_per_task is theirs together.
+    rank_threads: int = 0
     # The batch script's retry step (launcher.cluster.slurm.healing; "": none, e.g. a probe's job).
     run_dir: str = ""
     max_failures: int = 0
@@ -66,9 +69,9 @@ def setup_lines(req: SlurmRequest) -> list[str]:
     """The batch script's setup: exports first (setup commands may read them), then the profile's
     setup lines as written. Exported values are quoted: nothing from env is interpreted by the shell."""
     # The thread variables: libraries that start thread pools before the trainer sets its thread count
-    # (torch reads OMP_NUM_THREADS at import) use the task's CPUs, not the whole node's.
+    # (torch reads OMP_NUM_THREADS at import) use one rank's CPUs, not the task's or the whole node's.
     env = {**({"SLURM_CONF": req.slurm_conf} if req.slurm_conf else {}), "SUBMITIT_PREEMPT_SIGNAL": req.signal,
-           **threads.variables(req.cpus_per_task), **req.env}
+           **threads.variables(req.rank_threads or req.cpus_per_task), **req.env}
     lines = [f"export {key}={shlex.quote(value)}" for key, value in env.items()]
     lines += req.setup  # as written, once the preflight's `bash -n` accepted them (limits.check_setup_lines)
     return lines

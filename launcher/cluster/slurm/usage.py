@@ -9,11 +9,10 @@ largest of its steps'. A requeued job's earlier lives (`--duplicates`) add their
 from __future__ import annotations
 
 import re
-import time
 from dataclasses import dataclass
 
-from launcher.cluster.jobids import distinct_bases, expand_array_id
-from launcher.cluster.slurm.accounting import NO_SACCT_ENV, query, table
+from launcher.cluster.jobids import expand_array_id
+from launcher.cluster.slurm.accounting import sacct
 
 USAGE_COLUMNS = ("JobID", "State", "ElapsedRaw", "TotalCPU", "AllocCPUS", "NNodes", "MaxRSS")
 _CLOCK = re.compile(r"^(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+(?:\.\d+)?)$")
@@ -45,7 +44,7 @@ class JobUsage:
 
     job_id: str
     elapsed_s: float = 0.0
-    total_cpu_s: float = 0.0
+    total_cpu_s: float | None = None  # None: sacct gave no TotalCPU (yet) for any life of the job
     alloc_cpus: int = 0
     nodes: int = 0
     max_rss_bytes: int | None = None  # None: no step recorded it (the job never ran a step)
@@ -53,7 +52,9 @@ class JobUsage:
     @property
     def cpu_efficiency(self) -> float | None:
         """TotalCPU / (Elapsed x AllocCPUS), as seff computes it."""
-        return self.total_cpu_s / (self.elapsed_s * self.alloc_cpus) if self.elapsed_s and self.alloc_cpus else None
+        if self.total_cpu_s is None or not (self.elapsed_s and self.alloc_cpus):
+            return None
+        return self.total_cpu_s / (self.elapsed_s * self.alloc_cpus)
 
     @property
     def node_hours(self) -> float:
@@ -64,16 +65,17 @@ def _int(text: str) -> int:
     return int(text) if text.isdigit() else 0
 
 
-def usage_from_table(text: str) -> dict[str, JobUsage]:
-    """Each job's usage from `sacct -D -P --format=USAGE_COLUMNS` output (allocations and steps)."""
+def usage_from_rows(rows: list[dict[str, str]]) -> dict[str, JobUsage]:
+    """Each job's usage from sacct's rows of USAGE_COLUMNS (allocations and steps)."""
     usage: dict[str, JobUsage] = {}
-    for row in table(text):
+    for row in rows:
         job, _, step = row["JobID"].partition(".")
         for one in expand_array_id(job):
             entry = usage.setdefault(one, JobUsage(one))
             if not step:  # the allocation: one per life of the job
                 entry.elapsed_s += _int(row["ElapsedRaw"])
-                entry.total_cpu_s += cpu_seconds(row["TotalCPU"]) or 0.0
+                if (cpu := cpu_seconds(row["TotalCPU"])) is not None:
+                    entry.total_cpu_s = (entry.total_cpu_s or 0.0) + cpu
                 entry.alloc_cpus = max(entry.alloc_cpus, _int(row["AllocCPUS"]))
                 entry.nodes = max(entry.nodes, _int(row["NNodes"]))
             elif (rss := memory_bytes(row["MaxRSS"])) is not None:
@@ -83,12 +85,6 @@ def usage_from_table(text: str) -> dict[str, JobUsage]:
 
 def sacct_usage(job_ids: list[str], env: dict[str, str], since: float | None = None) -> dict[str, JobUsage] | None:
     """The usage of `job_ids` (array tasks one by one); None where accounting is unavailable.
-    `since`: as in accounting.sacct_records (ids a reset controller reuses)."""
-    if env.get(NO_SACCT_ENV, "") not in ("", "0"):
-        return None
-    if not job_ids:
-        return {}
-    window = ["-S", time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since - 60))] if since else []
-    out = query(["sacct", "-D", "-P", "-j", ",".join(distinct_bases(job_ids)), *window,
-                 f"--format={','.join(USAGE_COLUMNS)}"], env)
-    return None if out is None else usage_from_table(out)
+    `since`: as in accounting.sacct (ids a reset controller reuses)."""
+    rows = sacct(job_ids, USAGE_COLUMNS, env, since)
+    return None if rows is None else usage_from_rows(rows)

@@ -1,12 +1,12 @@
 """What the nodes' interpreter must import, checked on the node itself (`submit.py probe`).
 
-    python -m launcher.envcheck [--report FOLDER] [MODULE ...] [--exec ARG ...]
+    python -m launcher.node.envcheck [--report FOLDER] [MODULE ...] [--exec ARG ...]
 
 Looks up every package the tool needs on a node (submitit, torch, yaml, numpy) and the extra MODULEs
 (a job's own imports), and names every one that is not installed. Standard library only, and nothing else of
 ours: it must run in an interpreter that lacks everything else, which is the case it is for.
 
-The probe puts it in front of submitit's own start-up (`PYTHON -m launcher.envcheck ... --exec -u -m
+The probe puts it in front of submitit's own start-up (`PYTHON -m launcher.node.envcheck ... --exec -u -m
 submitit.core._submit FOLDER`): a task whose interpreter lacks a package writes its report and exits
 1 before submitit (perhaps the missing package itself) is imported; one that has them all becomes
 submitit's task, in the same interpreter or container, by exec.

@@ -1,4 +1,5 @@
 """Where a failed attempt's failure came from: the node (leave it out of later attempts) or the code.
+(launcher.cluster.failures shortens a failure and orders the failed ranks; this says whose fault it was.)
 
 Read from how each rank ended (`RankEnd`: its result pickle, this attempt's part of its log, srun's
 report line) by `classify`, a pure function:
@@ -8,11 +9,12 @@ report line) by `classify`, a pure function:
    shipped CUDA/NCCL/ECC/Xid/bus-error patterns, and the profile's `node_error_patterns`): that
    rank's node. Matched only in the ranks that failed, so a healthy peer that printed a warning is
    not blamed.
-3. The root cause (launcher.rundir.outcomes: the rank that raised, or the one srun saw die first)
+3. The root cause (launcher.cluster.failures.root_cause_first: the rank that raised, or the one srun saw
+   die first)
    raised a Python exception: the code, with a `signature` (the exception's type and the file:line
    of the innermost frame of the user's code) that tells the same bug on the next attempt.
 4. The root cause was killed by SIGKILL or SIGBUS with no Python exception while every other failed
-   rank only shows the symptoms of a dead peer (closed connections, timeouts): its node.
+   rank only shows the symptoms of a dead peer (failures.SYMPTOMS: closed connections, timeouts): its node.
 5. Anything else: the code.
 
 No torch and no SLURM call here: the retry step on the cluster (launcher.heal) gathers the facts,
@@ -21,13 +23,10 @@ and the unit tests feed them directly.
 
 from __future__ import annotations
 
-import pickle
 import re
 from dataclasses import dataclass
-from pathlib import Path
 
-from launcher.cluster.said import last_line
-from launcher.rundir.outcomes import SYMPTOMS, root_cause_first
+from launcher.cluster.failures import is_symptom, last_line, root_cause_first, traceback_body
 
 # Lines a node's hardware or driver writes into a rank's log or error (matched case-insensitively).
 # Deliberately not NCCL's network errors ("remote process exited"): every peer of a dead rank prints
@@ -143,8 +142,7 @@ def signature(traceback_text: str, tool_code: tuple[str, ...] = ()) -> str:
 
 def _last_traceback(text: str) -> str:
     """The last traceback of `text` (a chained exception's, or submitit's framing around one)."""
-    body = "\n".join(line for line in text.split("\nYou can check full logs")[0].splitlines()
-                     if not line.strip().startswith("-----"))
+    body = traceback_body(text)
     at = body.rfind("Traceback (most recent call last)")
     return body[at:] if at >= 0 else body
 
@@ -160,12 +158,12 @@ def _exception_text(rank: RankEnd) -> str:
 def _only_symptoms(rank: RankEnd) -> bool:
     """A rank that died of a peer's failure: no error of its own, or one that only says a peer went away."""
     text = _exception_text(rank)
-    return not text or any(s in last_line(_last_traceback(text)) for s in SYMPTOMS)
+    return not text or is_symptom(last_line(_last_traceback(text)))
 
 
 def _root_cause(failed: list[RankEnd], first_dead: int | None) -> RankEnd:
-    """The rank the others died of (launcher.rundir.outcomes' rule: a real exception before a symptom,
-    srun's first report before the rest)."""
+    """The rank the others died of (root_cause_first: a real exception before a symptom, srun's first
+    report before the rest)."""
     if first_dead is None:
         first_dead = next((r.rank for r in failed if r.srun), None)
     order = root_cause_first([(r.rank, "", _exception_text(r) or r.srun) for r in failed], first_dead)
@@ -175,13 +173,3 @@ def _root_cause(failed: list[RankEnd], first_dead: int | None) -> RankEnd:
 
 def _srun_what(line: str) -> str:
     return line.rsplit(": ", 1)[-1] if line else "no result"
-
-
-def succeeded(result_pickle: Path) -> bool:
-    """Whether a rank's result file (submitit's pickle of ("success", result) or ("error", traceback))
-    holds a success; False while it is missing or half written."""
-    try:
-        with open(result_pickle, "rb") as fh:
-            return bool(pickle.load(fh)[0] == "success")  # noqa: S301 - the run's own private folder
-    except Exception:  # noqa: BLE001 - missing, torn or foreign: not a success
-        return False

@@ -1,4 +1,5 @@
-"""Show rank 0's output live while the submitter waits for a local run on a terminal.
+"""Rank 0's output echoed live while the submitter waits for a local run on a terminal (the verbs
+start it: launcher.commands.submit).
 
 The local executor writes each rank's stdout/stderr to log files, so rank 0's tqdm bar and its log
 lines would otherwise only be visible with `submit.py logs`. A thread reads what rank 0 appends to
@@ -16,9 +17,8 @@ import threading
 from pathlib import Path
 from typing import IO, Any
 
-# Set by the command line's --verbose: show submitit's INFO lines too.
-VERBOSE = False
-BANNER = "===== [submit.py] attempt started"
+from launcher.rundir.layout import ATTEMPT_BANNER
+
 CLEAR_LINE = "\r\x1b[K"
 
 
@@ -61,7 +61,7 @@ class Screen:
             self._line(stream, "")  # an intended blank line on stdout
 
     def _line(self, stream: str, text: str) -> None:
-        if stream == "err" and text.startswith(BANNER):
+        if stream == "err" and text.startswith(ATTEMPT_BANNER):
             return  # the same banner came on stdout
         if not self.verbose and text.startswith("submitit INFO"):
             return
@@ -78,13 +78,15 @@ class Screen:
         self.bar = text
 
 
-class Relay:
+class Echo:
+    """A thread that feeds what rank 0 appends to its two log files to a Screen, until it leaves."""
+
     def __init__(self, pairs: list[tuple[Path, str]], screen: Screen, interval_s: float = 0.1) -> None:
         self.pairs, self.screen, self.interval_s = pairs, screen, interval_s
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="log-relay", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="rank0-echo", daemon=True)
 
-    def __enter__(self) -> "Relay":
+    def __enter__(self) -> "Echo":
         self._thread.start()
         return self
 
@@ -120,10 +122,11 @@ def _read_new(path: Path, offset: int) -> tuple[int, bytes]:
         return offset, b""  # not created yet
 
 
-def for_local_run(job: Any) -> Relay | None:
-    """A relay of rank 0's logs for an interactive local run, else None (batch use stays quiet)."""
+def rank0_echo(job: Any, verbose: bool = False) -> Echo | None:
+    """An echo of rank 0's logs for an interactive local run, else None (batch use stays quiet);
+    `verbose` (--verbose): submitit's INFO lines too."""
     if not (sys.stderr.isatty() and sys.stdout.isatty()) or not hasattr(job, "task"):
         return None
     paths = job.task(0).paths if getattr(job, "num_tasks", 1) > 1 else job.paths
     # One terminal, one writer: both logs are drawn on stdout, so lines and the bar never interleave.
-    return Relay([(paths.stdout, "out"), (paths.stderr, "err")], Screen(sys.stdout, VERBOSE))
+    return Echo([(paths.stdout, "out"), (paths.stderr, "err")], Screen(sys.stdout, verbose))

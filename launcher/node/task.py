@@ -1,7 +1,5 @@
-"""The node side: what submitit runs once per task (train a job, or probe the allocation).
-
-`TrainTask` calls the trainer and cooperates with requeueing; `probe_task` reports where a task
-landed. Kept free of torch at import time (the submitter pickles these); the trainer is imported
+"""What submitit runs once per task on a node: `TrainTask` calls the trainer and cooperates with
+requeueing (`probe` reports where a task landed instead: launcher.node.placement). Kept free of torch at import time (the submitter pickles these); the trainer is imported
 on the node.
 
 How a requeue goes (SLURM's pre-timeout or preemption signal, or the local executor's):
@@ -43,12 +41,11 @@ from submitit.helpers import Checkpointable
 
 from launcher import submitit_private
 from trainer.config.job import JobConfig, RunSettings
-from trainer.config.lookup import CODE_ROOT
 from trainer.distributed import environment
 from trainer.rank import events
-from trainer.rank.rundir import CHECKPOINTS_DIR
+from trainer.rank.rundir import ATTEMPT_BANNER, CHECKPOINTS_DIR
 from trainer.rank.stopping import TERMINATE, StopRequested, StopSignals
-from trainer.runners import dispatch
+from trainer.runners import dispatch, envelope
 
 # Exit code of ranks that stopped on SIGTERM (128 + 15, what the signal itself would give).
 TERMINATED_EXIT_CODE = 143
@@ -76,11 +73,8 @@ class SubmititRequeue:
         return signal.Signals(self.signum).name.removeprefix("SIG")
 
     def __call__(self, signal_name: str) -> dict[str, Any]:
-        timed_out = self.handler.has_timed_out()
-        reason = "timeout" if timed_out else "preemption"
-        countdown = submitit_private.timeout_requeues_left(self.handler)
-        left = None if countdown is None else countdown - int(timed_out)
-        decision: dict[str, Any] = {"reason": reason, "timeout_requeues_left": left}
+        decision = reason_and_countdown(self.handler.has_timed_out(),
+                                        submitit_private.timeout_requeues_left(self.handler))
         # SLURM may signal the step again while `scontrol requeue` runs (it sends to every process of
         # the step): ignored here, the disposition is inherited by that child, which would otherwise
         # die of it and leave the job unrequeued.
@@ -95,6 +89,13 @@ class SubmititRequeue:
         finally:
             signal.signal(self.signum, previous)
         return {"requeued": False, "message": "submitit did not requeue (not global rank 0)", **decision}
+
+
+def reason_and_countdown(timed_out: bool, countdown: int | None) -> dict[str, Any]:
+    """submitit's reason for a stop (time-out or preemption, its own rule) and the time-out requeues
+    left after it (None: unknown); fewer than 0 left is its refusal ("timed-out too many times")."""
+    left = None if countdown is None else countdown - int(timed_out)
+    return {"reason": "timeout" if timed_out else "preemption", "timeout_requeues_left": left}
 
 
 def private_and_coreless() -> None:
@@ -170,11 +171,9 @@ class TrainTask(Checkpointable):
         stops.install()
         try:
             self.announce(settings)
-            result = dispatch.run_job(self.job, settings, on_stop=requeue, stops=stops)
-            # Which interpreter and which code ran (the profile's `python`; the run's code snapshot).
-            return {**result, "python": sys.executable, "code": str(CODE_ROOT)}
+            return envelope.launched(dispatch.run_job(self.job, settings, on_stop=requeue, stops=stops))
         except StopRequested as stop:
-            self.exit_after_stop(stop)
+            exit_after_stop(stop, settings.run_dir, self.run_root)
             raise  # not reached: exit_after_stop always raises
         finally:
             stops.restore()
@@ -187,36 +186,38 @@ class TrainTask(Checkpointable):
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
         slurm = f", SLURM restart count {restart}" if "SLURM_JOB_ID" in os.environ else ""
         host = env.node if env.node and env.node != "localhost" else socket.gethostname()
-        banner = (f"===== [submit.py] attempt started {stamp}: job {env.job_id or '-'}{slurm}, "
+        banner = (f"{ATTEMPT_BANNER} {stamp}: job {env.scheduler_job_id or '-'}{slurm}, "
                   f"rank {env.rank}/{env.world_size} on {host}, pid {os.getpid()} =====")
         print(banner, flush=True)
         if not _same_terminal():  # each log file gets it; one terminal (debug executor) once
             print(banner, file=sys.stderr, flush=True)
         if env.is_main:
-            events.append(settings.run_dir, "started", job_id=env.job_id, slurm_restart_count=int(restart),
+            events.append(settings.run_dir, "started", job_id=env.scheduler_job_id, slurm_restart_count=int(restart),
                           executor=os.environ.get("SUBMITIT_EXECUTOR", ""), host=host,
                           world_size=env.world_size)
 
-    def exit_after_stop(self, stop: StopRequested) -> None:
-        """Every rank ends the same way after a stop; only a refused requeue is an error."""
-        step, name, info = stop.step, stop.signal_name, stop.info
-        # A script that uses no trainer.api has no step (-1) and no checkpoint of ours.
-        at, saved = (f" at step {step}", "checkpointed and ") if step >= 0 else ("", "")
-        if stop.requeued:
-            print(f"[task] stopped{at} on SIG{name} ({info.get('reason')}): {saved}requeued", flush=True)
-            # SystemExit, not an exception: submitit then writes no result file, and the submitter
-            # keeps waiting for the requeued job instead of reading this attempt as the outcome.
-            raise SystemExit(info.get("exit_code", 1))
-        if stop.kind == TERMINATE:
-            print(f"[task] stopped{at} on SIGTERM: {saved.replace(' and ', '; ')}the scheduler ends or requeues "
-                  "the job", flush=True)
-            raise SystemExit(TERMINATED_EXIT_CODE)
-        why = str(info.get("message") or info.get("reason") or "unknown").rstrip(".")
-        task_dir = Path(self.settings.run_dir)
-        kept = f"The checkpoint of step {step} is in {task_dir / CHECKPOINTS_DIR}; " if step >= 0 else ""
-        raise NotRequeued(
-            f"stopped{at} on SIG{name} ({info.get('reason', 'stop signal')}) and not requeued: {why}. "
-            f"{kept}continue with: python submit.py --resume {self.run_root}") from None
+
+
+def exit_after_stop(stop: StopRequested, run_dir: str, run_root: str) -> None:
+    """How a task ends after a stop, in both shapes (always raises); only a refused requeue is an error,
+    which says how to continue (`--resume run_root`)."""
+    step, name, info = stop.step, stop.signal_name, stop.info
+    # A script that uses no trainer.api has no step (-1) and no checkpoint of ours.
+    at, saved = (f" at step {step}", "checkpointed and ") if step >= 0 else ("", "")
+    if stop.requeued:
+        print(f"[task] stopped{at} on SIG{name} ({info.get('reason')}): {saved}requeued", flush=True)
+        # SystemExit, not an exception: submitit then writes no result file, and the submitter
+        # keeps waiting for the requeued job instead of reading this attempt as the outcome.
+        raise SystemExit(info.get("exit_code", 1))
+    if stop.kind == TERMINATE:
+        print(f"[task] stopped{at} on SIGTERM: {saved.replace(' and ', '; ')}the scheduler ends or requeues "
+              "the job", flush=True)
+        raise SystemExit(TERMINATED_EXIT_CODE)
+    why = str(info.get("message") or info.get("reason") or "unknown").rstrip(".")
+    kept = f"The checkpoint of step {step} is in {Path(run_dir) / CHECKPOINTS_DIR}; " if step >= 0 else ""
+    raise NotRequeued(
+        f"stopped{at} on SIG{name} ({info.get('reason', 'stop signal')}) and not requeued: {why}. "
+        f"{kept}continue with: python submit.py --resume {run_root}") from None
 
 
 def _same_terminal() -> bool:
@@ -225,28 +226,3 @@ def _same_terminal() -> bool:
     except (OSError, ValueError, AttributeError):
         return False
     return sys.stdout.isatty() and (out.st_dev, out.st_ino) == (err.st_dev, err.st_ino)
-
-
-# What SLURM tells a task about its GPUs (which variables are set depends on the cluster's gres.conf:
-# a count-only GRES sets SLURM_GPUS_ON_NODE but no device list).
-GPU_VARIABLES = ("CUDA_VISIBLE_DEVICES", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "SLURM_GPUS_ON_NODE")
-# Shown too: what the submitter promised the job's environment.
-OTHER_VARIABLES = ("SLURM_JOB_ID", "SLURM_CPUS_PER_TASK", "SUBMITIT_PREEMPT_SIGNAL", "OMP_NUM_THREADS")
-
-
-def probe_task() -> dict[str, Any]:
-    """`submit.py probe`, once per task on the node: where am I, and what did SLURM give me? (torch-free)"""
-    where = environment.resolve(os.environ)
-    report: dict[str, Any] = {
-        "rank": where.rank, "world_size": where.world_size, "local_rank": where.local_rank,
-        "launcher": where.launcher,  # who started this process: "slurm" (srun's task) or "torchrun"
-        "node": os.environ.get("SLURMD_NODENAME", socket.gethostname()),
-        "master_addr": where.master_addr, "master_port": where.master_port,
-        "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-        "python": sys.executable,
-    }
-    for name in GPU_VARIABLES + OTHER_VARIABLES:
-        report[name] = os.environ.get(name)
-    # The GPU this rank's trainer would take (trainer.distributed.process.pick_device's choice).
-    report["gpu"] = environment.own_gpu(where.local_rank, os.environ.get("CUDA_VISIBLE_DEVICES"))
-    return report

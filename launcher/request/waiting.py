@@ -1,32 +1,26 @@
-"""Waiting for submitted jobs, turning what the ranks returned into one result (or a failure), and
-reporting it: a single run (`wait_for_run`) or a sweep's tasks as they end (`wait_for_sweep`).
-
-The failure shown first is the root cause (see launcher.rundir.outcomes).
+"""Waiting for what `send` queued: a single run's job until every rank left its result, turned into
+one result or its failures, the root cause first (`wait`); a sweep's tasks as they end
+(`sweep_endings`). It returns data; the verbs report it (launcher.commands.submit).
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-import logging
 import os
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from launcher.cluster.failures import Failure, root_cause_first
 from launcher.cluster.local import LocalFailFast
 from launcher.cluster.slurm import accounting, srun
-from launcher.commands import relay as relay_settings
-from launcher.commands.console import EXIT_FAILED, EXIT_OK, emit, overrides_text, relative
-from launcher.commands.relay import for_local_run as relay_logs
-from launcher.request.submission import Submission
-from launcher.rundir import failures, layout, plots, record, restarts, results, retries
-from launcher.rundir.outcomes import RANK_NODES, Failure, error_text, failed_rank, root_cause_first
-from launcher.rundir.states import ACTIVE, task_states
-from trainer.runners.envelope import PLACE_KEYS
+from launcher.rundir import record, results
+from launcher.cluster.rank_notes import rank_failures, rank_notes
+from launcher.rundir.outcomes import error_text, succeeded
+from launcher.rundir.record import RecordedRun
+from launcher.rundir.states import ACTIVE, TaskState, task_states
+from trainer.runners.envelope import RANK_NODES
 
 
 @dataclass
@@ -101,7 +95,7 @@ def _settled(tasks: list[Any], retries: bool) -> bool:
     launcher.heal requeues it), none is an error: the scheduler says when those are the end."""
     if not all(Path(t.paths.result_pickle).exists() for t in tasks):
         return False
-    return not retries or all(failures.succeeded(Path(t.paths.result_pickle)) for t in tasks)
+    return not retries or all(succeeded(Path(t.paths.result_pickle)) for t in tasks)
 
 
 def wait(job: Any, poll_s: float = 1.0, force_every_s: float = 5.0, grace_s: float = 3.0,
@@ -144,8 +138,12 @@ def wait(job: Any, poll_s: float = 1.0, force_every_s: float = 5.0, grace_s: flo
         try:
             returned.append(task.result())
         except Exception as err:  # noqa: BLE001 - any task failure is reported, not raised
-            failures.append((failed_rank(rank, str(err)), *error_text(str(err), type(err).__name__)))
+            failures.append((rank, *error_text(str(err), type(err).__name__)))
     if failures:
+        # The torchrun shape: the ranks under the node tasks that failed, as their notes name them.
+        named, times = rank_failures(rank_notes(tasks[0].paths.folder)) if _is_scheduled(job) else ([], {})
+        if named:
+            return Outcome(None, root_cause_first(named, times=times))
         first_dead = srun_lines[0][0] if srun_lines else (failfast.failed if failfast else None)
         return Outcome(None, root_cause_first(failures, first_dead))
     # torchrun shape: each node task returns one result for all its ranks, with their nodes.
@@ -159,74 +157,27 @@ def wait(job: Any, poll_s: float = 1.0, force_every_s: float = 5.0, grace_s: flo
     return Outcome(result)
 
 
-# Not metrics: where and how each rank ran (trainer.runners.envelope) and how the run went, shown by
-# --json only.
-NOT_METRICS = (*PLACE_KEYS, "job_id", "state", "nodes", "restarts", "restart_causes", "time")
-
-
-def metrics_line(result: dict[str, Any]) -> str:
-    """The final metrics in one line: the built-in recipe's fixed set, or what a user's function
-    logged last and returned."""
-    if all(k in result for k in ("test_accuracy", "test_loss", "epochs", "images_per_second")):
-        return (f"test_accuracy {result['test_accuracy']:.4f}  test_loss {result['test_loss']:.4f}  "
-                f"epochs {result['epochs']}  world_size {result['world_size']}  "
-                f"images/s {result['images_per_second']:.0f}")
-    return "  ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in result.items()
-                     if k not in NOT_METRICS and isinstance(v, (int, float, str)) and not isinstance(v, bool))
-
-
-def wait_for_run(sub: Submission, job: Any, as_json: bool) -> int:
-    """Wait for a single run, write its result (or failure) into the run folder, and report it."""
-    if not relay_settings.VERBOSE:  # submitit's INFO lines (the debug executor runs the job in this process)
-        logging.getLogger("submitit").setLevel(logging.WARNING)
-    print(f"running {sub.tasks[0].job.name} on {sub.executor} ({sub.profile.world_size} rank(s)), "
-          f"run folder {relative(sub.run_dir)}", flush=True)
-    relay = relay_logs(job) if sub.executor == "local" else None
-    with relay or contextlib.nullcontext():
-        done = wait(job, retries=sub.profile.failures_allowed > 0)
-    counted = restarts.read(sub.run_dir)
-    job_id = str(job.job_id)
-    if not done.ok:
-        rank, short, text = done.failures[0]
-        print(f"error: the run failed on rank {rank}: {short}", file=sys.stderr)
-        print(text, file=sys.stderr)
-        for line in retries.last_words(sub.run_dir):  # where the failure came from; retried or why not
-            print(line, file=sys.stderr)
-        record.update_record(sub.run_dir, state="FAILED", failed_rank=rank, error=short)
-        emit("", {"run_dir": str(sub.run_dir), "job_id": job_id, "state": "FAILED", "failed_rank": rank,
-                  "error": short, **counted.as_json()}, as_json)
-        return EXIT_FAILED
-    result = {**(done.result or {}), "run_dir": str(sub.run_dir), "job_id": job_id, "state": "COMPLETED",
-              **counted.as_json()}
-    record.write_result(sub.run_dir, result)
-    record.update_record(sub.run_dir, state="COMPLETED")
-    plots.write_curves(sub.run_dir)
-    human = f"run folder: {relative(sub.run_dir)}\n{metrics_line(result)}"
-    if counted.count:
-        human += f"\n{counted.summary()}"
-    emit(human, result, as_json)
-    return EXIT_OK
-
-
-def wait_for_sweep(run_dir: Path, jobs: list[Any], as_json: bool, poll_s: float = 2.0) -> int:
-    """Wait for the array tasks in `jobs`, printing each as it ends and rebuilding the summary;
-    0 if every task of the run completed, 1 otherwise (the failed rows say why)."""
-    info = record.load_run(run_dir)
+def sweep_tasks(info: RecordedRun, jobs: list[Any]) -> list[int]:
+    """The tasks of the run that `jobs` (just queued) run."""
     mine = {str(j.job_id) for j in jobs}
-    tasks = [t for t, ids in enumerate(info.task_jobs) if ids and ids[-1] in mine]
-    print(f"running sweep {info.job.get('name', '')}: {len(tasks)} task(s) on {info.executor}, "
-          f"run folder {relative(run_dir)}", flush=True)
+    return [t for t, ids in enumerate(info.task_jobs) if ids and ids[-1] in mine]
+
+
+def sweep_endings(info: RecordedRun, jobs: list[Any], poll_s: float = 2.0
+                  ) -> Iterator[tuple[list[TaskState], list[TaskState]]]:
+    """The array tasks of `jobs` as they end: each round that ends some, (those, every task's state),
+    the summary rebuilt, until all have. A debug run's tasks run here first, one by one."""
+    tasks = sweep_tasks(info, jobs)
     if info.executor == "debug":
         _run_debug_jobs(info, jobs, tasks)
     reported: set[int] = set()
-    metric, _ = info.target
     task_of = {ids[-1]: t for t, ids in enumerate(info.task_jobs) if ids}
     # Each local task is its own controller: one whose rank died before the process group formed
     # would wait init_timeout_s, as a single run would without LocalFailFast.
     failfast = {task_of[str(j.job_id)]: LocalFailFast(j, [j.task(k) for k in range(j.num_tasks)])
                 for j in jobs if _is_local(j) and getattr(j, "num_tasks", 1) > 1 and str(j.job_id) in task_of}
     delays = backoff(0.2, poll_s)
-    while True:
+    while len(reported) < len(tasks):
         began = time.monotonic()
         for job in jobs:
             if info.executor == "local":
@@ -238,33 +189,16 @@ def wait_for_sweep(run_dir: Path, jobs: list[Any], as_json: bool, poll_s: float 
                     "ended without a result (its process is gone)" if gone else "failed") + "; its peers were stopped")
         states = task_states(info)
         ended = [states[t] for t in tasks if t not in reported and states[t].state not in ACTIVE]
-        for ts in ended:
-            reported.add(ts.task)
-            value = (ts.result or {}).get(metric)
-            detail = f"{metric} {value:.4f}" if isinstance(value, (int, float)) else ts.error
-            print(f"task {ts.task} {ts.state}: {overrides_text(ts.overrides)}  {detail}", flush=True)
+        reported.update(ts.task for ts in ended)
         if ended:
-            results.collect(run_dir, states, max_curves=None)
-        if len(reported) == len(tasks):
-            break
-        # A round over a large sweep's tasks takes a while itself (1,000 tasks: seconds): wait at least as long.
-        time.sleep(max(next(delays), time.monotonic() - began))
-    summary = results.collect(run_dir, states, max_curves=None)
-    if info.is_sweep:
-        print((run_dir / layout.SUMMARY_MD).read_text().rstrip(), flush=True)
-    failed = [s for s in states if s.state != "completed"]
-    payload = {"run_dir": str(run_dir), "state": summary["state"].upper(), "tasks": len(states),
-               "counts": summary["counts"], "target_metric": metric, "best": summary["best"],
-               "summary_csv": summary.get("summary_csv"), "job_ids": [s.job_id for s in states]}
-    if failed:
-        print(f"{len(failed)} task(s) did not complete; resubmit them with: "
-              f"python submit.py --resume {relative(run_dir)}", file=sys.stderr)
-    if as_json:
-        print(json.dumps(payload, default=str), flush=True)
-    return EXIT_FAILED if failed else EXIT_OK
+            results.collect(info.run_dir, states, max_curves=None)
+            yield ended, states
+        if len(reported) < len(tasks):
+            # A round over a large sweep's tasks takes a while itself (1,000 tasks: seconds): wait at least as long.
+            time.sleep(max(next(delays), time.monotonic() - began))
 
 
-def _run_debug_jobs(info: record.RunInfo, jobs: list[Any], tasks: list[int]) -> None:
+def _run_debug_jobs(info: RecordedRun, jobs: list[Any], tasks: list[int]) -> None:
     """The debug executor runs each task in this process when its result is asked for; record the
     outcome in the task's folder since it leaves no result pickles."""
     for task, job in zip(tasks, jobs):

@@ -1,4 +1,6 @@
-"""The one typed, bounded reading of a run folder's records (run.json, tasks.json, result.json).
+"""The one typed, bounded reading of a run folder's records (run.json, tasks.json, result.json,
+failure.json; remote.json, the local record of a run submitted over SSH, has its own reader in
+launcher.remote.record).
 
 A record is written by the submitter or a rank, but read back later by `status`, `logs`, `cancel`,
 `list`, `--resume` and `--after`, possibly after an edit, a crash mid-write on an old version, or
@@ -114,6 +116,7 @@ RESULT = {key: optional(number) for key in ("test_accuracy", "test_loss", "train
                                             "epochs", "world_size", "restarts", "wall_time_s", "steps")}
 RESULT.update({"state": text, "job_id": job_id, "task": optional(integer(0, MAX_SWEEP_TASKS - 1)), "overrides": optional(mapping())})
 FAILURE = {"rank": optional(integer(0, 2**31 - 1)), "error": optional(text)}
+
 
 
 def run_record(path: Path, record: dict[str, Any]) -> dict[str, Any]:

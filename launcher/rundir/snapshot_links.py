@@ -8,12 +8,11 @@ source is unchanged since the newest snapshot of the same folder in the same run
 from that snapshot; every other file is copied, as is everything when the link fails (another
 file system, the previous run deleted).
 
-"Unchanged" is git's rule for its index: the source's size, mtime, ctime and inode are those
-recorded when it was copied (`MANIFEST`, per file), and its mtime and ctime are older than that copy
-by more than `RACY_S`, so an edit in the same clock tick as the copy (on a file system that keeps
-whole seconds, or two) is never taken for the copied content. The previous copy must still have the
-size, mtime and inode recorded when it was made (checked on the new link as the manifest is written):
-a copy written to anyway (as root, or after a chmod) is copied afresh, not spread to the new run.
+"Unchanged" is the tool's one rule (launcher.filestamp, which the SSH sync's remembered content
+hashes use too): a source's stamp is the one recorded when it was copied, and it had settled by then.
+The previous copy must still have the size, mtime and inode recorded when it was made (checked on the
+new link as the manifest is written): a copy written to anyway (as root, or after a chmod) is copied
+afresh, not spread to the new run.
 """
 
 from __future__ import annotations
@@ -25,16 +24,13 @@ import stat
 from pathlib import Path
 from typing import Any
 
-NOTE = "SNAPSHOT.json"  # snapshot.NOTE_FILE: names the folder a snapshot was taken of
+from launcher.filestamp import Entry, settled, source_stat, unchanged
+from launcher.rundir.layout import NOTE_FILE, PROJECT_DIR, SNAPSHOT_DIR
+
 LOOK = 50  # run folders looked at, newest first, for a snapshot of the same folder
-MANIFEST = "SNAPSHOT.{}-files.json"  # in RUN/code, per tree ("code", "project"): {"at": ..., "files": {name: [...]}}
-RACY_S = 2.0
-# Per file: the source's size, mtime_ns, ctime_ns, inode at copy time, then the copy's size, mtime_ns, inode.
-Entry = list[int]
-
-
-def source_stat(st: os.stat_result) -> Entry:
-    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+# In RUN/code, per tree ("code", "project"): {"at": ..., "files": {name: [...]}}, per file the source's
+# stamp at copy time (filestamp.source_stat), then the copy's size, mtime_ns, inode.
+MANIFEST = "SNAPSHOT.{}-files.json"
 
 
 def copy_stat(st: os.stat_result) -> Entry:
@@ -52,16 +48,15 @@ def previous(run_dir: Path, root: Path, tree: str) -> tuple[Path, dict[str, Entr
     for name in names[:LOOK]:
         prev = runs / name
         try:
-            note = json.loads((prev / "code" / NOTE).read_text())
+            note = json.loads((prev / SNAPSHOT_DIR / NOTE_FILE).read_text())
             taken_of = note.get("from") if tree == "code" else note.get("project", {}).get("root")
             if not taken_of or Path(taken_of).resolve() != root:
                 continue
-            manifest = json.loads((prev / "code" / MANIFEST.format(tree)).read_text())
+            manifest = json.loads((prev / SNAPSHOT_DIR / MANIFEST.format(tree)).read_text())
         except (OSError, ValueError, AttributeError):
             continue
-        horizon = int((manifest["at"] - RACY_S) * 1e9)
-        folder = prev / ("code" if tree == "code" else "project")
-        return folder, {n: e for n, e in manifest["files"].items() if max(e[1], e[2]) < horizon}
+        folder = prev / (SNAPSHOT_DIR if tree == "code" else PROJECT_DIR)
+        return folder, {n: e for n, e in manifest["files"].items() if settled(e, manifest["at"])}
     return None
 
 
@@ -79,7 +74,7 @@ def plan(root: Path, files: list[str], stats: dict[str, Entry], lender: tuple[Pa
                 copied.append(name)
                 continue
         old = lend.get(name)
-        (linked if old is not None and old[:4] == stats[name] else copied).append(name)
+        (linked if old is not None and unchanged(old, stats[name]) else copied).append(name)
     return linked, copied
 
 

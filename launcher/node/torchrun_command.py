@@ -4,8 +4,8 @@ what each node's task runs): one torchrun per node, c10d rendezvous on the alloc
 
 from __future__ import annotations
 
-# The worker each torchrun process runs: it loads the job and trains one rank (launcher/torchrun.py).
-WORKER_MODULE = "launcher.torchrun"
+# The worker each torchrun process runs: it loads the job and trains one rank (launcher/node/torchrun_worker.py).
+WORKER_MODULE = "launcher.node.torchrun_worker"
 
 
 def command(python: str, nnodes: int | str, nproc: int, first_node: str, port: int | str, run_id: str,

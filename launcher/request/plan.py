@@ -1,0 +1,172 @@
+"""Planning a submission: the first half of the one path every submission takes (a new run here or
+over SSH, `--resume`, and the cluster side of an SSH submission): plan -> check -> dry-run or send ->
+report (launcher.commands.submit.execute runs it; the verbs report).
+
+A plan is the submission as data plus what its run folder needs before and after sbatch. Nothing
+here sends at import time: `submit.py --dry-run` of a new run plans and shows, and never loads the
+sending and waiting code (launcher.request.send, .waiting; benchmarks/submitter.py measures it).
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict, dataclass, fields, is_dataclass
+from pathlib import Path
+from typing import Any
+
+from launcher.cluster import preflights
+from launcher.cluster.jobids import distinct_bases
+from launcher.config import checks
+from launcher.config.profile import Profile
+from launcher.config.resolve import Point, resolve
+from launcher.request.submission import Submission, build, moved
+from launcher.rundir import layout, record, snapshot
+from trainer.config.job import JobConfig
+from trainer.config.schema import ConfigError
+
+
+@dataclass
+class Checked:
+    """What a submission is made of, resolved and checked on this machine: the profile, each task's
+    point, the run folder (here: a new run's, or the local record's over SSH), the --after job ids, the
+    ranks' working directory and your project's files (the snapshot's list; None: no project)."""
+
+    profile: Profile
+    points: list[Point]
+    run_dir: Path
+    is_sweep: bool
+    source: str  # the profile file, as errors name it
+    after: list[str]
+    submit_dir: Path
+    project: snapshot.Survey | None
+
+    def submission(self) -> Submission:
+        """The submission as it is queued from this machine."""
+        return build(self.profile, self.points, self.run_dir, self.is_sweep, self.after, self.submit_dir, self.project)
+
+
+def check(profile: Profile, points: list[Point], run_dir: Path | None, is_sweep: bool, source: str,
+          after: str | None, submit_dir: Path | None = None, job_name: str = "") -> Checked:
+    """The --after dependency and the checks this machine can make (new runs and --resume alike), before
+    anything is made, each handed what it needs in turn, from the run folder's wing down to the
+    configuration's: the run folder (`run_dir`; None: a new run's, named after `job_name`) and your
+    project's snapshot listed (its size cap checked), then the run folder's parent and each job (where
+    the run is queued from here, what only the machine that runs it can see too: its data, its
+    entrypoint's import, its trackers' libraries; over SSH the cluster side checks those:
+    launcher.commands.receive). `submit_dir`: the ranks' working directory (a new run: here; --resume:
+    the run's own)."""
+    # `is not None`: `--after ''` names no run (refused), it does not drop the dependency.
+    if after is not None and profile.executor != "slurm":
+        raise ConfigError(f"--after {after}: dependencies need a slurm profile, not '{profile.executor}'")
+    after_jobs = _job_ids_of(after, profile.login) if after is not None else []
+    if run_dir is None:
+        run_dir = layout.new_run_dir(Path(profile.runs_dir), job_name, profile.name)
+    root = next((p.job.project_root for p in points if p.job.project_root), "")
+    files = None
+    if root and profile.snapshot and profile.executor != "debug" and not snapshot.taken(run_dir):
+        # Listed (and the size cap checked) now, before the run folder exists: a refusal leaves nothing.
+        files = snapshot.survey(Path(root), profile.snapshot_exclude, profile.snapshot_max_mb, source,
+                                skip=[Path(profile.runs_dir).expanduser().resolve()])
+    checks.check_writable_folder(run_dir.parent, "profile.runs_dir", "the run folder")
+    for p in points:
+        checks.check_here(profile, p.job, source, p.source)
+        if not profile.login:
+            checks.check_where_it_runs(profile, p.job, source, p.source)
+        if files is not None:
+            checks.check_in_snapshot(p.job, files.files, p.source)
+    return Checked(profile, points, run_dir, is_sweep, source, after_jobs, submit_dir or Path.cwd(), files)
+
+
+def new_run(args: argparse.Namespace) -> Checked:
+    """`submit.py --profile P --job J [--set ...] [--after RUN]`, resolved and checked here: the
+    configuration resolved (launcher.config.resolve), then handed down to the checks once."""
+    resolved = resolve(args.profile, args.job, args.sets, wait=args.wait)
+    return check(resolved.profile, resolved.points, None, resolved.is_sweep, resolved.profile_source, args.after,
+                 job_name=resolved.job.name)
+
+
+class Plan:
+    """A submission sent from this machine and its run folder's bookkeeping: a new run (the verb's
+    `report`: launcher.commands.submit), or `--resume` (launcher.commands.resume overrides)."""
+
+    def __init__(self, sub: Submission, source: str, argv: list[str]) -> None:
+        self.sub, self.source, self.argv = sub, source, argv
+
+    def heading(self) -> str:
+        """What a dry run says first."""
+        return ""
+
+    def chunk(self, dry_run: bool) -> int | None:
+        """The live preflight of the submission's scheduler (launcher.cluster.preflights); the array size
+        per sbatch (None: one sbatch, or not SLURM). A dry run still shows the script where the cluster
+        cannot be asked (a laptop)."""
+        check_limits = preflights.scheduler_preflight(self.sub.executor)
+        if check_limits is None:
+            return None
+        return check_limits(self.sub.request, self.sub.profile.max_array_size, self.source, required=not dry_run,
+                            tasks=len(self.sub.tasks))
+
+    def send(self, chunk: int | None, as_json: bool) -> int:
+        """Queue it (launcher.request.send, loaded only now), then the verb's report."""
+        from launcher.request import send
+
+        self.prepare()
+        sub = self.sub  # (prepare may have moved it to a free run folder name)
+        jobs = send.send(sub, chunk, on_queued=self.record)
+        try:
+            return self.report(jobs, as_json)
+        finally:
+            if sub.executor != "slurm":
+                layout.drop_log_template(sub.run_dir)
+
+    def prepare(self) -> None:
+        """Before sbatch: the run folder (the first free name: another submitter may have taken this
+        one since it was chosen) and what it must hold."""
+        claimed = layout.claim(self.sub.run_dir)
+        if claimed != self.sub.run_dir:
+            self.sub = moved(self.sub, claimed)
+        record.create(self.sub.run_dir, self.sub.describe(), ["submit.py", *self.argv])
+        # The job's fields as they are (asdict's deep copy of each of 1,000 jobs cost 40 ms; a JSON
+        # dump changes nothing it is given), but a nested dataclass (`tracker`) as its mapping: JSON would
+        # write its repr, which --resume cannot read back.
+        # Which fields hold one is found on one task (an is_dataclass per field and task cost 5x the copy).
+        names = [f.name for f in fields(JobConfig)]
+        nested = [n for n in names if any(is_dataclass(getattr(t.job, n)) for t in self.sub.tasks[:1])]
+        record.write_tasks(self.sub.run_dir, [{"task": t.task, "overrides": t.overrides, "run_dir": t.settings.run_dir,
+                                               "job": {**{name: getattr(t.job, name) for name in names},
+                                                       **{name: _plain(getattr(t.job, name)) for name in nested}}}
+                                              for t in self.sub.tasks])
+
+    def record(self, job_ids: list[str]) -> None:
+        """After each sbatch (a split array calls it once per array): what is queued so far."""
+        record.update_record(self.sub.run_dir, job_ids=job_ids)
+
+    def report(self, jobs: list[Any], as_json: bool) -> int:
+        """After sending: what the user sees (launcher.commands.submit and .resume implement it)."""
+        raise NotImplementedError
+
+
+def _job_ids_of(after: str, login: str = "") -> list[str]:
+    """The job ids `--after RUN` depends on: a run recorded here by a submission over SSH
+    (launcher.remote.record), or a run folder's run.json."""
+    from launcher.remote.record import after_ids  # (--after only: a new run's dry run does not load it)
+
+    record.check_path("--after", after)
+    run_dir = Path(after)
+    if (remote := after_ids(run_dir, login)) is not None:
+        return remote  # (the cluster side depends on its own run folder's jobs: the same ids)
+    if not (run_dir / layout.RUN_FILE).is_file():
+        raise ConfigError(f"--after {run_dir}: not a run folder (no readable {layout.RUN_FILE})")
+    info = record.load_run(run_dir)
+    ids = [str(i) for i in info.record.get("job_ids") or []]
+    if not ids:
+        raise ConfigError(f"--after {run_dir}: that run has no SLURM job id to depend on")
+    if info.record.get("resumes"):
+        # A resumed sweep's first array has failed tasks (afterok on it never holds): depend on the
+        # job that ran each task last instead.
+        return ids
+    return distinct_bases(ids)
+
+
+def _plain(value: Any) -> Any:
+    return asdict(value) if is_dataclass(value) and not isinstance(value, type) else value
