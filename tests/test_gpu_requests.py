@@ -42,15 +42,17 @@ def srun_line(lines: list[str]) -> str:
 
 @pytest.fixture(scope="module")
 def probes(slurm_cluster: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    def probe(sets: list[str]) -> Any:
-        tmp = tmp_path_factory.mktemp("probe")
+    def probe(tmp: Path, sets: list[str]) -> Any:
         args = [*GPU, "--json", "--set", f"profile.runs_dir={tmp / 'runs'}"]
         for s in sets:
             args += ["--set", s]
         return run_submit(["probe", *args], cwd=tmp, timeout=180)
 
+    # The folders are made here, not in the threads: pytest makes its base folder on the first mktemp,
+    # and two threads doing that at once fail (FileExistsError).
+    folders = [tmp_path_factory.mktemp("probe") for _ in SHAPES]
     with ThreadPoolExecutor(len(SHAPES)) as pool:
-        return dict(zip(SHAPES, pool.map(probe, SHAPES.values())))
+        return dict(zip(SHAPES, pool.map(probe, folders, SHAPES.values())))
 
 
 @pytest.mark.parametrize("shape", SHAPES)
