@@ -156,6 +156,13 @@ MORE_CASES = [
     ("timeout requeues beyond 32 bits", {}, ["--set", "profile.max_timeout_requeues=2147483648"],
      ["'max_timeout_requeues'"]),
     ("negative GPUs", {}, ["--set", "profile.gpus_per_node=-1"], ["'gpus_per_node'", ">= 0"]),
+    ("negative max_failures", {}, ["--profile", "dev-cluster", "--set", "profile.max_failures=-1"],
+     ["'max_failures'", "-1", "an integer from 0 to 1000, or null"]),
+    ("retries for the local executor", {}, ["--set", "profile.max_failures=2"],
+     ["'max_failures'", "0 or null for the local executor", "--resume"]),
+    ("node error pattern that does not compile", {}, ["--profile", "dev-cluster", "--set",
+                                                       "profile.node_error_patterns=['Xid (']"],
+     ["node_error_patterns[0]", "'Xid ('", "a regular expression"]),
     # -- overrides that collide --
     ("--set a mapping key under a scalar", {}, ["--set", "profile.env=x", "--set", "profile.env.A=1"],
      ["--set profile.env.A=1", "'env' was already set", "'x'"]),

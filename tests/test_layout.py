@@ -31,6 +31,8 @@ ALLOWED: dict[str, set[str]] = {
                         "trainer.runners"},
     "launcher.node": {"launcher.cluster", "launcher.submitit_private", "trainer.config", "trainer.distributed",
                       "trainer.rank", "trainer.runners"},
+    "launcher.heal": {"launcher.rundir", "launcher.cluster", "trainer.config", "trainer.distributed",
+                      "trainer.rank"},  # the batch script's retry step (`python -m launcher.heal`)
     "launcher.cluster": {"trainer.config", "trainer.distributed"},
     "launcher.config": {"trainer.config", "trainer.runners"},
     "launcher.submitit_private": set(),

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Optional, Union
 
-from launcher.config import destination, units
+from launcher.config import destination, retry_keys, units
 from launcher.config.sbatch_options import modelled_sbatch_option, unsupported_sbatch_option
 from trainer.config import values
 from trainer.config.files import FileKind, Renamed
@@ -88,6 +88,12 @@ class Profile:
     signal_delay_s: int = 120
     # How many times a run may be requeued after hitting its time limit (preemptions are not capped).
     max_timeout_requeues: int = 3
+    # How many times a SLURM run whose rank raised or died comes back by itself from its newest checkpoint
+    # (without a node that failed; not the same bug twice); null: 2 on SLURM, 0 for local and debug.
+    max_failures: Optional[int] = None
+    # Regular expressions that mark a line of a failed rank's log as its node's fault, beside the shipped
+    # CUDA/NCCL/ECC/Xid/bus-error ones (launcher.cluster.fault_origin): that node is left out of later attempts.
+    node_error_patterns: list[str] = field(default_factory=list)
     # Default checkpoint cadence for jobs that leave `checkpoint_every_steps` null (0: epoch ends only).
     checkpoint_every_steps: int = 0
     data_dir: str = "data"
@@ -207,6 +213,7 @@ class Profile:
             require(not self.setup, "setup", self.setup, f"[] for the {self.executor} executor (setup lines run "
                     f"only in SLURM batch scripts; prepare this machine in your shell, or use a slurm profile)")
         _check_login(self)
+        retry_keys.check(self.executor, self.container, self.max_failures, self.node_error_patterns)
         for key in ("partition", "account", "qos"):
             value = getattr(self, key)
             require(re.fullmatch(r"[A-Za-z0-9_.-]*", value) is not None, key, value,
@@ -215,6 +222,11 @@ class Profile:
     @property
     def world_size(self) -> int:
         return self.nodes * self.tasks_per_node
+
+    @property
+    def failures_allowed(self) -> int:
+        """`max_failures` with its default (retried by a SLURM batch script's retry step, not in a container)."""
+        return retry_keys.allowed(self.executor, self.container, self.max_failures)
 
     @property
     def waits(self) -> bool:

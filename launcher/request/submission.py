@@ -16,7 +16,7 @@ from launcher.cluster.slurm import sbatch
 from launcher.config.profile import Profile
 from launcher.config.resolve import Point
 from launcher.node import torchrun_command
-from launcher.rundir import snapshot
+from launcher.rundir import exclusions, snapshot
 from launcher.rundir.layout import log_dir, task_dir
 from trainer.config import project
 from trainer.config.job import JobConfig, RunSettings
@@ -136,7 +136,9 @@ def slurm_request(profile: Profile, job_name: str, after: list[str] | None = Non
         array_parallelism=profile.array_parallelism, env=dict(profile.env), setup=list(profile.setup),
         sbatch_extra=dict(profile.sbatch_extra), slurm_conf=profile.slurm_conf_file, after=list(after or []),
         python=profile.python, container=profile.container, container_runtime=profile.container_runtime,
-        container_binds=binds)
+        container_binds=binds, run_dir=str(run_dir or ""), max_failures=profile.failures_allowed,
+        node_error_patterns=list(profile.node_error_patterns),
+        exclude=exclusions.excluded(run_dir) if run_dir else [])  # --resume: the nodes the run left out
 
 
 def local_parameters(profile: Profile) -> dict[str, Any]:

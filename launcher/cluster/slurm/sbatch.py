@@ -16,6 +16,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from launcher.cluster.slurm import healing
 from launcher.cluster.slurm.srun import SRUN_ARGS
 from trainer.config.schema import ConfigError
 from trainer.distributed import threads
@@ -57,6 +58,11 @@ class SlurmRequest:
     # Each rank's CPU threads (the profile's cpus_per_task; 0: cpus_per_task here, one rank per task). In
     # the torchrun shape one task holds a node's ranks, so its cpus_per_task is theirs together.
     rank_threads: int = 0
+    # The batch script's retry step (launcher.cluster.slurm.healing; "": none, e.g. a probe's job).
+    run_dir: str = ""
+    max_failures: int = 0
+    node_error_patterns: list[str] = field(default_factory=list)
+    exclude: list[str] = field(default_factory=list)  # the run's left-out nodes (sbatch --exclude)
 
 
 def setup_lines(req: SlurmRequest) -> list[str]:
@@ -123,17 +129,34 @@ def gpu_srun_args(req: SlurmRequest) -> list[str]:
     return ["--gpu-bind=single:1"] if req.gpus_per_node and req.gpus_per_task == 1 else []
 
 
+def heal_policy(req: SlurmRequest) -> dict[str, Any]:
+    """What the batch script's retry step needs of the request (launcher.cluster.slurm.healing); {}: no
+    such step (a job without a run folder, e.g. a probe's; a container, whose image rarely has scontrol)."""
+    if not req.run_dir or req.container:
+        return {}
+    return {"run": req.run_dir, "max_failures": req.max_failures, "patterns": list(req.node_error_patterns),
+            "partition": req.partition, "nodes": req.nodes, "tasks_per_node": req.tasks_per_node,
+            "cpus_per_task": req.cpus_per_task, "mem_per_node_mb": req.mem_per_node_mb,
+            "gpus_per_node": req.gpus_per_node, "gpu_type": req.gpu_type,
+            "pinned": req.sbatch_extra.get("nodelist", "")}
+
+
 def parameters(req: SlurmRequest) -> dict[str, Any]:
     """submitit's SlurmExecutor parameters (SLURM's names) for `req`."""
     check_one_line({"job.name": req.job_name, "profile.constraint": req.constraint,
                     **{f"profile.sbatch_extra.{k}": v for k, v in req.sbatch_extra.items()}})
+    before, after = healing.lines(heal_policy(req), python_command(req))
     params: dict[str, Any] = {
         "job_name": req.job_name, "time": req.time_min, "nodes": req.nodes,
         "ntasks_per_node": req.tasks_per_node, "cpus_per_task": req.cpus_per_task,
-        "signal_delay_s": req.signal_delay_s, "setup": setup_lines(req),
+        "signal_delay_s": req.signal_delay_s, "setup": setup_lines(req) + before,
         "srun_args": [*SRUN_ARGS, *gpu_srun_args(req), *container_srun_args(req)], "array_parallelism": req.array_parallelism,
         "stderr_to_stdout": False, "additional_parameters": {"requeue": True, **req.sbatch_extra},
+        **({"teardown": after} if after else {}),
     }
+    if healing.exclude_value(req.sbatch_extra.get("exclude", ""), req.exclude):
+        params["additional_parameters"]["exclude"] = healing.exclude_value(req.sbatch_extra.get("exclude", ""),
+                                                                           req.exclude)
     params.update(gpu_parameters(req))
     if req.mem_per_node_mb:
         params["mem"] = f"{req.mem_per_node_mb}M"
