@@ -28,6 +28,8 @@ HEAVY_FIRST = (
     "test_failfast.py",  # 330 once (its local sweep: 16 s alone, 240 s beside the torchrun sweep)
     "test_requeue_slurm.py",  # 270
     "test_user_code.py",  # 160
+    "test_notebook.py",  # 100-150 (one kernel, its runs side by side)
+    "test_notebook_slurm.py",  # 130
     "test_snapshot.py",  # 160
     "test_user_code_slurm.py",  # 150
     "test_exact_resume.py",  # 145

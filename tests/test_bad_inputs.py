@@ -156,6 +156,13 @@ MORE_CASES = [
     ("timeout requeues beyond 32 bits", {}, ["--set", "profile.max_timeout_requeues=2147483648"],
      ["'max_timeout_requeues'"]),
     ("negative GPUs", {}, ["--set", "profile.gpus_per_node=-1"], ["'gpus_per_node'", ">= 0"]),
+    ("negative max_failures", {}, ["--profile", "dev-cluster", "--set", "profile.max_failures=-1"],
+     ["'max_failures'", "-1", "an integer from 0 to 1000, or null"]),
+    ("retries for the local executor", {}, ["--set", "profile.max_failures=2"],
+     ["'max_failures'", "0 or null for the local executor", "--resume"]),
+    ("node error pattern that does not compile", {}, ["--profile", "dev-cluster", "--set",
+                                                       "profile.node_error_patterns=['Xid (']"],
+     ["node_error_patterns[0]", "'Xid ('", "a regular expression"]),
     # -- overrides that collide --
     ("--set a mapping key under a scalar", {}, ["--set", "profile.env=x", "--set", "profile.env.A=1"],
      ["--set profile.env.A=1", "'env' was already set", "'x'"]),
@@ -411,6 +418,20 @@ USER_CODE_CASES = [
      ["u.yaml: key 'args' has invalid value ['--epochs', '3']", "empty without a 'script'", "config:"]),
     ("entrypoint with a debug profile too", {"u.yaml": 'entrypoint: "tests.userpkg.tiny:missing"\n'},
      ["--profile", "debug", "--job", "{u.yaml}"], ["u.yaml: key 'entrypoint'", "has no function 'missing'"]),
+    # (issue 30) what is named must be a function, and a script must compile, before the queue wait
+    ("entrypoint naming a class", {"u.yaml": 'entrypoint: "tests.userpkg.tiny:TinyConfig"\n'}, ["--job", "{u.yaml}"],
+     ["u.yaml: key 'entrypoint' has invalid value 'tests.userpkg.tiny:TinyConfig'", "names a class, not a function",
+      "(ctx) or (ctx, config)"]),
+    ("entrypoint naming a callable object",
+     {"u.yaml": 'entrypoint: "mine:train"\n', "mine.py": "class A:\n    def __call__(self, ctx):\n        return {}\n"
+      "train = A()\n"}, ["--job", "{u.yaml}"], ["u.yaml: key 'entrypoint'", "an object of type A, not a function"]),
+    ("script with a syntax error", {"u.yaml": "script: train.py\n", "train.py": "import os\ndef main(:\n    pass\n"},
+     ["--job", "{u.yaml}", "--dry-run"], ["u.yaml: key 'script'", "not Python that compiles: SyntaxError: invalid syntax",
+                                          "train.py, line 2)"]),
+    ("script that is a shell script", {"u.yaml": "script: train.py\n", "train.py": "#!/bin/sh\necho start && ls\n"},
+     ["--job", "{u.yaml}"], ["u.yaml: key 'script'", "SyntaxError: invalid syntax", "train.py, line 2)"]),
+    ("script that is a binary file", {"u.yaml": "script: train.py\n", "train.py": b"\x7fELF\x02\x01\x01\x00\x00\x00"},
+     ["--job", "{u.yaml}"], ["u.yaml: key 'script'", "not Python that compiles", "null bytes", "train.py)"]),
 ]
 
 

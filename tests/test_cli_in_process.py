@@ -286,6 +286,19 @@ def test_after_makes_the_job_depend_on_every_job_of_that_run(tmp_path: Path,
     shown = dry_run(["--profile", "slurm-cpu", "--after", str(tmp_path / "before")], capsys)
     assert shown["executor_parameters"]["dependency"] == "afterok:41:42"
     assert "#SBATCH --dependency=afterok:41:42" in script_lines(shown)
+    # A condition after RUN, and several runs: SLURM's dependency types, all required; a condition that can
+    # never hold cancels the job instead of leaving it pending.
+    write(tmp_path / "other" / "run.json", json.dumps({"job_ids": ["43_0", "43_1"]}))
+    shown = dry_run(["--profile", "slurm-cpu", "--after", f"{tmp_path / 'before'}:notok", "--after",
+                     f"{tmp_path / 'other'}:any"], capsys)
+    assert shown["executor_parameters"]["dependency"] == "afternotok:41:42,afterany:43"
+    assert "#SBATCH --kill-on-invalid-dep=yes" in script_lines(shown)
+    assert dry_run(["--profile", "slurm-cpu", "--after", f"{tmp_path / 'before'}:ok"],
+                   capsys)["executor_parameters"]["dependency"] == "afterok:41:42"
+    code, out, err = call(["--profile", "slurm-cpu", "--after", f"{tmp_path / 'before'}:maybe", "--dry-run"], capsys)
+    assert code == 2 and err.strip() == (f"error: --after {tmp_path / 'before'}:maybe: 'maybe' is not a condition; "
+                                         "after RUN write :ok (RUN succeeded, the default), :any (RUN ended, "
+                                         "however) or :notok (RUN failed)"), err
 
 
 def test_a_submission_moved_to_a_free_folder_name_trains_there(tmp_path: Path) -> None:

@@ -19,6 +19,11 @@ from tests.helpers import ROOT, last_json, run_submit
 DATA = ROOT / "tests" / "data"
 
 
+def srun_line(script: str) -> str:
+    """The batch script's srun line (a retry step's line may follow it)."""
+    return next(line for line in script.splitlines() if line.startswith("srun "))
+
+
 def dry_run(tmp_path: Path, *args: str) -> dict:
     proc = run_submit([*args, "--dry-run", "--json"], cwd=tmp_path, timeout=60,
                       env={"SLURM_CONF": str(tmp_path / "none.conf")})  # the preflight is skipped
@@ -39,7 +44,7 @@ def test_container_script_is_the_recorded_one(tmp_path: Path, runtime: str) -> N
     if os.environ.get("UPDATE_RECORDED"):
         recorded.write_text(script)
     assert script == recorded.read_text()
-    command = script.splitlines()[-1]
+    command = srun_line(script)
     if runtime == "apptainer":
         # The image file is read relative to the profile file, quoted (it has a space); GPUs: --nv;
         # the run folder, the code and the directory the ranks start in (the submit directory) are bound
@@ -57,10 +62,10 @@ def test_python_on_the_nodes_is_a_path_or_a_command(tmp_path: Path) -> None:
     the setup lines; values are quoted, so a path with metacharacters stays one word."""
     (tmp_path / "conf").mkdir()
     (tmp_path / "conf" / "p.yaml").write_text("extends: slurm-cpu\npython: ../envs/a b/bin/python\n")
-    command = dry_run(tmp_path, "--profile", "conf/p.yaml")["sbatch_script"].splitlines()[-1]
+    command = srun_line(dry_run(tmp_path, "--profile", "conf/p.yaml")["sbatch_script"])
     assert f" '{tmp_path}/envs/a b/bin/python' -u -m submitit.core._submit " in command
     info = dry_run(tmp_path, "--profile", "slurm-gpu")
-    assert info["sbatch_script"].splitlines()[-1].split("--kill-on-bad-exit=1 ")[1].startswith("python -u -m")
+    assert srun_line(info["sbatch_script"]).split("--kill-on-bad-exit=1 ")[1].startswith("python -u -m")
     assert 'eval "$(conda shell.bash hook)"\nconda activate ddp\n' in info["sbatch_script"]
     command = dry_run(tmp_path, "--profile", "slurm-cpu", "--set", "profile.python=$(touch x)")["sbatch_script"]
     assert "'$(touch x)' -u -m submitit.core._submit" in command

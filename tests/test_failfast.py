@@ -31,6 +31,9 @@ from tests.test_exact_resume import _popen_submit, rank_pid
 
 # Far above every bound below: a test that passes did not wait for a timeout.
 NO_TIMEOUTS = ["--set", "profile.collective_timeout_s=600", "--set", "profile.init_timeout_s=600"]
+# Fail-fast is what these measure: on SLURM, a failed attempt would otherwise come back by itself
+# (max_failures; tests/test_self_healing.py).
+NO_RETRIES = ["--set", "profile.max_failures=0"]
 FAILURE_LOGGED = re.compile(r"submitit ERROR \((\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),\d+\) - Submitted job triggered")
 
 
@@ -73,7 +76,7 @@ def sacct_end(job_id: str) -> tuple[str, float]:
 @pytest.mark.slurm
 def test_a_rank_that_raises_on_the_dev_cluster_ends_the_job_within_60_s(slurm_cluster: Path, tmp_path: Path) -> None:
     proc = run_submit(["--profile", "dev-cluster", "--wait", "--set", "job.epochs=3", "--set", "job.fail_at=30:1",
-                       "--json", *NO_TIMEOUTS], cwd=tmp_path, timeout=300)
+                       "--json", *NO_TIMEOUTS, *NO_RETRIES], cwd=tmp_path, timeout=300)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     result = last_json(proc.stdout)
     assert result["failed_rank"] == 1 and "injected failure at step 30 on rank 1" in result["error"]
@@ -88,7 +91,8 @@ def signal_rank_1_after_the_first_epoch(tmp_path: Path, signum: int, options: li
                                         timeout_s: float) -> tuple[int, str, str, float]:
     """A run of 200 epochs submitted to the dev cluster with --wait, whose rank 1 gets `signum` once the
     first epoch is written: the submitter's exit status, output and error, and when the signal was sent."""
-    proc = _popen_submit(["--profile", "dev-cluster", "--wait", "--set", "job.epochs=200", "--json", *options],
+    proc = _popen_submit(["--profile", "dev-cluster", "--wait", "--set", "job.epochs=200", "--json", *NO_RETRIES,
+                          *options],
                          tmp_path)
     try:
         run_dir = wait_until(lambda: next((tmp_path / "runs").glob("*/metrics.jsonl"), None), 180,
@@ -141,7 +145,8 @@ def test_a_rank_killed_before_the_process_group_forms_ends_the_job_through_kill_
     # Rank 1 is killed as soon as its banner appears, i.e. while it still imports torch, before it
     # joins the rendezvous: rank 0 then waits there with no connection to it, for init_timeout_s
     # (600 s). Only srun --kill-on-bad-exit ends rank 0, and so the job, within the bound.
-    proc = _popen_submit(["--profile", "dev-cluster", "--wait", "--set", "job.epochs=200", "--json", *NO_TIMEOUTS],
+    proc = _popen_submit(["--profile", "dev-cluster", "--wait", "--set", "job.epochs=200", "--json", *NO_TIMEOUTS,
+                          *NO_RETRIES],
                          tmp_path)
     run_dir = None
     try:

@@ -35,17 +35,24 @@ SHAPES = {
 }
 
 
+def srun_line(lines: list[str]) -> str:
+    """The batch script's srun line (the retry step's line follows it)."""
+    return next(line for line in lines if line.startswith("srun "))
+
+
 @pytest.fixture(scope="module")
 def probes(slurm_cluster: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    def probe(sets: list[str]) -> Any:
-        tmp = tmp_path_factory.mktemp("probe")
+    def probe(tmp: Path, sets: list[str]) -> Any:
         args = [*GPU, "--json", "--set", f"profile.runs_dir={tmp / 'runs'}"]
         for s in sets:
             args += ["--set", s]
         return run_submit(["probe", *args], cwd=tmp, timeout=180)
 
+    # The folders are made here, not in the threads: pytest makes its base folder on the first mktemp,
+    # and two threads doing that at once fail (FileExistsError).
+    folders = [tmp_path_factory.mktemp("probe") for _ in SHAPES]
     with ThreadPoolExecutor(len(SHAPES)) as pool:
-        return dict(zip(SHAPES, pool.map(probe, SHAPES.values())))
+        return dict(zip(SHAPES, pool.map(probe, folders, SHAPES.values())))
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -96,14 +103,14 @@ def test_the_request_lines_are_the_recorded_ones(tmp_path: Path, name: str, args
     lines = script.splitlines()
     if name == "torchrun":  # one task per node holds the node's GPUs; torchrun gives each rank its own
         assert {"#SBATCH --gres=gpu:fake:2", "#SBATCH --ntasks-per-node=1", "#SBATCH --cpus-per-task=2"} <= set(lines)
-        assert "--gpu-bind" not in lines[-1] and "--nproc-per-node=2" in info["torchrun"]
+        assert "--gpu-bind" not in srun_line(lines) and "--nproc-per-node=2" in info["torchrun"]
         return
     if name == "gres":
         assert "#SBATCH --gres=gpu:fake:2" in lines and not any("--gpus-per" in line for line in lines)
     else:
         assert {"#SBATCH --gpus-per-node=a100:8", "#SBATCH --gpus-per-task=a100:1"} <= set(lines)
     # Each task bound to its own GPU on srun, in both styles (SLURM 22.05 loses a typed per-task count).
-    assert "--gpu-bind=single:1" in lines[-1]
+    assert "--gpu-bind=single:1" in srun_line(lines)
 
 
 def test_shipped_gpu_profiles_show_their_request(tmp_path: Path) -> None:
@@ -117,5 +124,5 @@ def test_shipped_gpu_profiles_show_their_request(tmp_path: Path) -> None:
             assert [line for line in lines if request.match(line)] == [
                 f"#SBATCH --cpus-per-task={cpus_per_task}", f"#SBATCH --gpus-per-node={gpus}", f"#SBATCH --mem={mem}",
                 "#SBATCH --nodes=2", f"#SBATCH --ntasks-per-node={tasks}", "#SBATCH --partition=gpu"], (profile, launch)
-            assert "gpu-bind" not in lines[-1]
+            assert "gpu-bind" not in srun_line(lines)
             assert launch == "tasks" or f"--nnodes=2 --nproc-per-node={gpus} " in info["torchrun"]

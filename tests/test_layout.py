@@ -31,11 +31,15 @@ ALLOWED: dict[str, set[str]] = {
                         "trainer.runners"},
     "launcher.node": {"launcher.cluster", "launcher.submitit_private", "trainer.config", "trainer.distributed",
                       "trainer.rank", "trainer.runners"},
+    "launcher.heal": {"launcher.rundir", "launcher.cluster", "trainer.config", "trainer.distributed",
+                      "trainer.rank"},  # the batch script's retry step (`python -m launcher.heal`)
     "launcher.cluster": {"trainer.config", "trainer.distributed"},
     "launcher.config": {"trainer.config", "trainer.runners"},
     "launcher.submitit_private": set(),
     "launcher.filestamp": set(),  # "unchanged since last time": the snapshot's links and the SSH sync
-    "launcher.client": set(),  # it starts `python -m launcher`
+    # The API: it starts the command line (`python -m launcher`); it reads a profile (is it `debug`?) and
+    # the one lookup rule (is a function importable by name?) itself.
+    "launcher.client": {"launcher.config", "trainer.config"},
     "launcher.devcluster": set(),  # a product tool that stands alone
     "trainer.__main__": {"trainer.config", "trainer.rank", "trainer.runners"},
     "trainer.runners": {"trainer.recipes", "trainer.rank", "trainer.distributed", "trainer.config"},

@@ -150,9 +150,22 @@ def test_the_own_code_example_is_a_whole_file_of_the_readers_project_that_a_job_
     modules = [name for name in files if name.endswith(".py")]
     assert modules == ["mymodel.py"], list(files)
     assert 'entrypoint: "mymodel:train"' in files["tiny.yaml"]
-    assert all(re.fullmatch(r"# (\S+\.py)", block.splitlines()[0]) for block in blocks("python")), \
-        "a python block that is not a file the reader creates"
+    assert all(re.fullmatch(r"# (\S+\.py)", block.splitlines()[0]) for block in blocks("python")
+               if not NOTEBOOK_CELL.fullmatch(block.splitlines()[0])), \
+        "a python block that is neither a file the reader creates nor a notebook cell a test runs"
     assert "tests." not in "".join(blocks("python") + blocks("yaml")), "an example that needs this checkout"
+
+
+# A README python block may also be a notebook cell, run as written in a real kernel by the test it names.
+NOTEBOOK_CELL = re.compile(r"# a notebook cell \((tests/\S+\.py) runs it as written\)")
+
+
+def test_every_notebook_cell_is_run_by_the_test_it_names() -> None:
+    cells = [block for block in blocks("python") if NOTEBOOK_CELL.fullmatch(block.splitlines()[0])]
+    assert cells, "the README's own code starts with a notebook cell"
+    for block in cells:
+        test = NOTEBOOK_CELL.fullmatch(block.splitlines()[0]).group(1)  # type: ignore[union-attr]
+        assert "README" in (ROOT / test).read_text(), f"{test} does not run the README's cell"
 
 
 def test_every_link_to_a_page_of_the_checkout_finds_it() -> None:

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -166,10 +167,79 @@ def test_the_python_api_with_the_ssh_profile(laptop: Laptop, monkeypatch: pytest
     assert "epoch" in run.logs(rank=0).lower()
     result = run.result(timeout=60)
     assert result["test_accuracy"] == json.loads(out.strip().splitlines()[-1])["test_accuracy"], result
-    refused = submit(profile="mylab.yaml", job="digits", sets=["profile.partition=nosuch"], cwd=laptop.folder)
-    with pytest.raises(SubmitError, match="nosuch"):
-        refused.result(timeout=120)
+    with pytest.raises(SubmitError, match="nosuch"):  # refused before anything is queued: submit() says so
+        submit(profile="mylab.yaml", job="digits", sets=["profile.partition=nosuch"], cwd=laptop.folder)
     assert laptop.records() == [record], "a refused submission leaves no local record"
+
+
+def test_a_function_pickled_by_value_travels_with_the_run(laptop: Laptop, monkeypatch: pytest.MonkeyPatch) -> None:
+    """launcher.client.submit(fn) of a closure (pickled by value) with the ssh profile: the pickle goes with the
+    run, the cluster side checks it (a lambda taking no ctx is refused there: SubmitError, no local record)
+    and its 2 nodes run it; the result and what a rank raised come back over the connection."""
+    from launcher.client import RunFailed, SubmitError, submit
+
+    for key, value in laptop.env().items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("SLURM_CONF", raising=False)
+
+    def make(offset: int) -> Any:
+        def train(ctx: Any, config: dict[str, Any]) -> dict[str, Any]:
+            if config.get("fail_rank") == ctx.rank:
+                raise KeyError(f"rank {ctx.rank} has no shard")
+            return {"value": config["x"] + offset, "world": ctx.world_size}
+        return train
+
+    run = submit(make(2), profile="mylab.yaml", config={"x": 40}, cwd=laptop.folder)
+    failing = submit(make(0), profile="mylab.yaml", config={"x": 0, "fail_rank": 1}, cwd=laptop.folder)
+    assert (run.run_dir / "remote.json").is_file() and run.remote
+    result = run.result(timeout=600)
+    assert result["value"] == 42 and result["world"] == 2
+    # It travelled inside the planned submission (kept there as sent) and sits in the run folder there; both private.
+    kept = json.loads((run.run_dir / "remote.json").read_text())
+    there = laptop.server.run_remote(  # type: ignore[attr-defined]
+        f"cd {kept['remote_dir']} && stat -c %a {kept['remote_run_dir']}/function.pkl submissions/{run.run_dir.name}.json "
+        f"&& cat submissions/{run.run_dir.name}.json").stdout.splitlines()
+    assert there[:2] == ["600", "600"], there[:2]
+    assert json.loads(there[2])["submission"]["function"], "the submission carries the pickled function"
+    with pytest.raises(RunFailed, match="rank 1 raised KeyError: 'rank 1 has no shard'"):
+        failing.result(timeout=600)
+    with pytest.raises(SubmitError, match=r"the function must take \(ctx\) or \(ctx, config\), it takes \(\)"):
+        submit(lambda: None, profile="mylab.yaml", cwd=laptop.folder)
+    assert not [r for r in laptop.records() if "-lambda-" in r.name], "a refused submission leaves no local record"
+
+
+def with_events(laptop: Laptop, *args: str) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
+    """The command line run with `--events FD` as launcher.client runs it: its output and its events."""
+    read, write = os.pipe()
+    try:
+        done = subprocess.run(laptop.argv(*args, "--events", str(write)), cwd=laptop.folder, env=laptop.env(),
+                              pass_fds=(write,), capture_output=True, text=True, timeout=300, check=False)
+    finally:
+        os.close(write)
+    with os.fdopen(read, encoding="utf-8") as stream:
+        return done, [json.loads(line) for line in stream]
+
+
+def test_a_refusal_on_the_cluster_side_is_told_as_data(laptop: Laptop) -> None:
+    """With `--events FD` (what launcher.client reads), what the cluster side refused (an unknown
+    partition: only its SLURM knows) comes back as a `refused` event carrying its error line's text,
+    after the `run_dir` event of a local record that is gone again; exit status 2."""
+    done, events = with_events(laptop, "--profile", "mylab.yaml", "--set", "profile.partition=nosuch")
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr
+    assert [e["event"] for e in events] == ["run_dir", "refused"], events
+    refused = events[-1]["error"]
+    assert "nosuch" in refused and f"error: {refused}" in done.stderr, (refused, done.stderr)
+    assert not Path(events[0]["run_dir"]).exists() and events[0]["remote_run_dir"], events[0]
+
+
+def test_a_relayed_resume_keeps_its_events_here(laptop: Laptop) -> None:
+    """`--resume RECORD --events FD` runs on the cluster side without the descriptor (it names one of this
+    machine's pipes); how it ended is told here: a completed run has nothing to resume (exit 0, `result`)."""
+    assert laptop.finished()[0] == 0
+    first = min(laptop.records(), key=lambda folder: folder.name)  # (named by the time it was submitted)
+    done, events = with_events(laptop, "--resume", str(first))
+    assert done.returncode == 0 and "nothing to resume" in done.stdout, done.stdout[-2000:] + done.stderr
+    assert events == [{"event": "result", "payload": {"run_dir": str(first)}}], events
 
 
 def states(laptop: Laptop, record: Path) -> list[str]:

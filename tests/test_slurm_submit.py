@@ -173,6 +173,7 @@ def test_failing_rank_ends_the_whole_job(slurm_cluster: Path, tmp_path: Path) ->
     started = time.monotonic()
     proc = submit("--profile", "dev-cluster", "--job", "digits", "--set", "job.epochs=2",
                   "--set", "job.fail_at=3:1", "--set", "profile.collective_timeout_s=600",
+                  "--set", "profile.max_failures=0",  # the fail-fast, not the retry (test_self_healing.py)
                   "--set", f"profile.runs_dir={tmp_path}", "--wait", "--json")
     elapsed = time.monotonic() - started
     assert proc.returncode == 1, proc.stderr

@@ -315,7 +315,9 @@ def test_status_does_not_import_torch(six_task_sweep: dict[str, Any]) -> None:
 
 def test_failing_task_is_a_failed_row_and_resume_reruns_only_it(slurm_cluster: Path, tmp_path: Path) -> None:
     sweep = write(tmp_path, "failing.yaml", WITH_A_FAILING_TASK)
-    done = run_submit([*PROFILE, "--job", sweep, *ONE_NODE, "--wait", "--json"], tmp_path, timeout=300)
+    # (max_failures 0: the failing task's own retries are tests/test_self_healing.py's)
+    done = run_submit([*PROFILE, "--job", sweep, *ONE_NODE, "--set", "profile.max_failures=0", "--wait", "--json"],
+                      tmp_path, timeout=300)
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     payload = last_json(done.stdout)
     run_dir = Path(payload["run_dir"])

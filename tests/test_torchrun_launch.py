@@ -41,7 +41,7 @@ def runs(slurm_cluster: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[
     # more than one attempt, go first. The sweep's 4 jobs use the 2 GPU nodes' CPUs meanwhile (2 at a time).
     cases = {
         # Rank 3 (on the second node) raises at step 2; the others would wait in the next all-reduce.
-        "failing": ["--set", "job.epochs=50", "--set", "job.fail_at=2:3"],
+        "failing": ["--set", "job.epochs=50", "--set", "job.fail_at=2:3", "--set", "profile.max_failures=0"],
         "requeued": RESUMABLE,
         "signalled": RESUMABLE,
         # The same stop signal with no time-out requeue left: submitit refuses the requeue.

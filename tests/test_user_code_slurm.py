@@ -65,7 +65,9 @@ def test_user_function_on_two_nodes(slurm_cluster: Path, tmp_path: Path) -> None
 
 def test_sweep_over_config_lr_and_resume_reruns_only_the_failed_point(slurm_cluster: Path, tmp_path: Path) -> None:
     (tmp_path / "sweep.yaml").write_text(SWEEP)
-    done = submit(["--job", str(tmp_path / "sweep.yaml"), "--set", "profile.nodes=1", "--wait", "--json"], tmp_path)
+    # (max_failures 0: the failing point's own retries are tests/test_self_healing.py's)
+    done = submit(["--job", str(tmp_path / "sweep.yaml"), "--set", "profile.nodes=1", "--set", "profile.max_failures=0",
+                   "--wait", "--json"], tmp_path)
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     payload = last_json(done.stdout)
     run_dir = Path(payload["run_dir"])

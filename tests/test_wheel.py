@@ -142,17 +142,20 @@ def test_python_api_round_trip_from_the_installed_wheel(venv: Path, empty: Path)
         "run = c.submit(entrypoint='mymodel:train', config={'steps': 5})\n"
         "print(json.dumps({'client': c.__file__, 'result': run.result(timeout=300)}))\n"
         "try:\n    c.submit(entrypoint='mymodel:train', config={'stepz': 5}).result(timeout=120)\n"
-        "except c.SubmitError as err:\n    print(json.dumps({'refused': str(err)}))\n")
+        "except c.SubmitError as err:\n    print(json.dumps({'refused': str(err)}))\n"
+        "def train(ctx):\n    return {'world': ctx.world_size}\n"  # (this script's __main__: pickled by value)
+        "print(json.dumps({'by_value': c.submit(train).result(timeout=300)['world']}))\n")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "DDP_SUBMIT_CONFIG_DIR", "SLURM_CONF")}
     env["TMPDIR"] = str(empty / "tmp")
     done = subprocess.run([str(venv / "bin" / "python"), "-c", notebook], cwd=empty, env=env, capture_output=True,
                           text=True, timeout=400, stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    first, second = (json.loads(line) for line in done.stdout.splitlines() if line.startswith("{"))
+    first, second, third = (json.loads(line) for line in done.stdout.splitlines() if line.startswith("{"))
     assert first["client"].startswith(str(venv)), first["client"]
     assert first["result"]["state"] == "COMPLETED" and first["result"]["world_size"] == 2
     assert Path(first["result"]["run_dir"]).parent == empty / "runs"
     assert "unknown key 'config.stepz'" in second["refused"] and "<stdin>" in second["refused"]
+    assert third == {"by_value": 2}
     assert [p.name for p in (empty / "tmp").iterdir() if not p.name.startswith("torchinductor_")] == []
 
 

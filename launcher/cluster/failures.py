@@ -30,6 +30,13 @@ def joined_lines(text: str | None, default: str = "") -> str:
     return " ".join(line.strip() for line in (text or "").splitlines() if line.strip()) or default
 
 
+def traceback_body(text: str) -> str:
+    """A rank's failure as submitit reports it, without its framing: the traceback between "-----" rules,
+    then a list of log paths ("You can check full logs ..."), which go."""
+    body = str(text).split("\nYou can check full logs")[0]
+    return "\n".join(line for line in body.splitlines() if not line.strip().startswith("-----"))
+
+
 def is_symptom(text: str) -> bool:
     """Whether a rank's error is what a peer's death causes (a timeout, a closed connection)."""
     return any(s in text for s in SYMPTOMS)

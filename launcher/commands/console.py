@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from launcher.request import channel
+
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 # How the user started us: `submit.py` in the checkout, `ddp-submit` installed.
 PROGRAM = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "submit.py"
@@ -49,7 +51,9 @@ def error_line(message: object) -> str:
 
 
 def emit(human: str, payload: dict[str, Any], as_json: bool) -> None:
-    """Print the human summary; with --json the last line is the JSON object."""
+    """Print the human summary; with --json the last line is the JSON object (and with --events, the
+    same object to the program that started this one: launcher.request.channel)."""
+    channel.tell("result", payload=payload)
     if human:
         print(human, flush=True)
     if as_json:

@@ -1,6 +1,6 @@
 """Command line: parse, dispatch, report errors. The work itself lives in the verbs' modules.
 
-    submit.py [--profile P] [--job J] [--set K=V ...] [--dry-run] [--json] [--wait] [--after RUN]
+    submit.py [--profile P] [--job J] [--set K=V ...] [--dry-run] [--json] [--wait] [--after RUN[:COND] ...]
     submit.py --resume RUN [--set K=V ...] [--dry-run] [--json] [--wait]
     submit.py status|logs|cancel|watch|list|probe|list-profiles|list-jobs|show ...
     (installed: the same as `ddp-submit ...`)
@@ -19,6 +19,7 @@ import sys
 from collections.abc import Callable
 
 from launcher.commands.console import EXIT_BAD_INPUT, EXIT_FAILED, ArgumentParser, error_line, escaped
+from launcher.request import channel
 from launcher.request.errors import LostAfterSending, PartiallySubmitted
 from trainer.config.schema import ConfigError
 
@@ -69,9 +70,16 @@ def submit_parser() -> ArgumentParser:
                         "allocation this shell holds (salloc), not as a new job (profile key in_allocation)")
     parser.add_argument("--json", action="store_true", help="end standard output with one JSON object")
     parser.add_argument("--wait", action="store_true", help="wait for a SLURM run to finish and print its result")
-    parser.add_argument("--after", metavar="RUN", help="start only after RUN finished successfully (SLURM)")
+    parser.add_argument("--after", metavar="RUN[:ok|any|notok]", action="append",
+                        help="start only after RUN ended: successfully (ok, the default), in any way (any) or "
+                             "failed (notok); repeatable, all must hold (SLURM)")
     parser.add_argument("--resume", metavar="RUN", help="resubmit the tasks of RUN that did not complete")
     parser.add_argument("--runs-dir", help="with --resume: where runs are (default: the profile's runs_dir)")
+    # For programs that start the command line (launcher.client): data beside the human output.
+    parser.add_argument("--events", type=int, metavar="FD", help="also write JSON lines (run_dir, queued, "
+                        "refused, result) to this open file descriptor, for a program that started this one")
+    parser.add_argument("--function", metavar="FILE", help="a function pickled by value (what "
+                        "launcher.client.submit(fn) hands over, with a job naming it in 'function')")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="also show submitit's own INFO lines (pickles, job environments)")
     return parser
@@ -86,6 +94,10 @@ def main(argv: list[str] | None = None) -> int:
         command, words = (argv[0], argv[1:]) if argv and argv[0] in COMMANDS else ("", argv)
         parser = parser_of(command)
         args = parser.parse_args(words)
+        if not command:
+            channel.open_events(args.events)  # (for a program that started this one: launcher.client)
+            if args.resume is not None and args.function is not None:
+                raise ConfigError(f"--function {args.function}: --resume runs the function its run folder holds")
         if (code := over_ssh(parser, command, words, args)) is not None:
             return code
         if command:
@@ -101,12 +113,14 @@ def main(argv: list[str] | None = None) -> int:
         # `is None`, not falsiness: `--resume ''` names a run (refused as such), never a new submission.
         return load(RESUME)(args, argv)
     except ConfigError as err:
+        channel.tell("refused", error=str(err), details=str(getattr(err, "details", "") or ""))
         print(error_line(err), file=sys.stderr)
         if getattr(err, "details", ""):  # the user's own traceback frames (trainer.runners.entrypoints)
             # Line by line, so the frames keep their lines while any control byte in them is escaped.
             print("\n".join(map(escaped, str(err.details).splitlines())), file=sys.stderr)  # type: ignore
         return EXIT_BAD_INPUT
     except (PartiallySubmitted, LostAfterSending) as err:
+        channel.tell("failed", error=str(err))
         print(error_line(err), file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:
@@ -118,12 +132,15 @@ def main(argv: list[str] | None = None) -> int:
         # status is what a shell reports for a process ended by SIGPIPE.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + 13
+    finally:
+        channel.close()
 
 
 def over_ssh(parser: argparse.ArgumentParser, command: str, words: list[str], args: argparse.Namespace) -> int | None:
     """A command on one run recorded here by a submission over SSH, run on the cluster side; None: not one.
     The run is the parser's `run` (RUN) or `resume` (--resume RUN); RUN is replaced there by the run
-    folder there, and this machine's --profile and --runs-dir dropped (the cluster side has neither)."""
+    folder there, and this machine's --profile, --runs-dir and --events dropped (the cluster side has none
+    of them; how a relayed --resume ended is told here, from its exit status)."""
     dest = "run" if command else "resume"
     word = getattr(args, dest, None)
     if word is None:
@@ -136,9 +153,16 @@ def over_ssh(parser: argparse.ArgumentParser, command: str, words: list[str], ar
     assert run is not None
     from launcher.remote.relay import relay
 
-    rest = _replaced(parser, words, dest, run.remote_run_dir, dropped=("profile", "runs_dir"))
+    rest = _replaced(parser, words, dest, run.remote_run_dir, dropped=("profile", "runs_dir", "events"))
     tty = command == "watch" and sys.stdin.isatty() and sys.stdout.isatty()  # it redraws there, and reads `q`
-    return relay(folder, run, [*([command] if command else []), *rest], tty)
+    code = relay(folder, run, [*([command] if command else []), *rest], tty)
+    if not command:  # --resume: how it ended, as data (its own lines went to this terminal)
+        if code == 0:
+            channel.tell("result", payload={"run_dir": str(folder)})
+        else:
+            channel.tell("refused" if code == EXIT_BAD_INPUT else "failed", details="",
+                         error=f"the cluster side's --resume of {folder} ended with exit status {code}")
+    return code
 
 
 def _replaced(parser: argparse.ArgumentParser, words: list[str], dest: str, value: str,

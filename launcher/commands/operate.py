@@ -22,7 +22,7 @@ from typing import Any
 from launcher.cluster import local
 from launcher.commands.console import EXIT_FAILED, EXIT_OK, ArgumentParser, overrides_text, relative
 from launcher.config.resolve import runs_dir
-from launcher.rundir import layout, record, results
+from launcher.rundir import exclusions, layout, record, restarts, results, retries
 from launcher.rundir.cost import advice, cost_cell, run_costs
 from launcher.rundir.record import RecordedRun, find_run, load_run
 from launcher.rundir.states import ACTIVE, TaskState, task_states
@@ -78,8 +78,11 @@ def status(args: argparse.Namespace) -> int:
         summary = results.collect(run_dir, states, budget_s=results.CURVES_BUDGET_S, costs=costs)
     try:
         if args.json:
+            left_out = exclusions.read(run_dir)  # the run's, shared by a sweep's tasks
             for ts in states:
-                print(json.dumps({**ts.as_json(), "cost": costs.get(ts.task)}, default=str), flush=True)
+                causes = restarts.read(ts.task_dir).by_cause() if ts.restarts else {}
+                print(json.dumps({**ts.as_json(), "cost": costs.get(ts.task), "restart_causes": causes,
+                                  "excluded_nodes": left_out}, default=str), flush=True)
         else:
             print(_status_text(info, states, summary, costs), flush=True)
     except BrokenPipeError:  # `status --json | head -1`: the reader has what it wanted
@@ -129,6 +132,7 @@ def _status_text(info: RecordedRun, states: list[TaskState], summary: dict[str, 
     if summary and summary.get("curves_left"):
         lines.append(f"curves.png still to draw for {summary['curves_left']} task(s): run status again")
     lines += [f"cost: {line}" for line in advice(costs, info.profile)]
+    lines += retries.notes(info.run_dir, [(ts.task, ts.task_dir) for ts in states if ts.state == "failed"])
     incomplete = [ts for ts in states if ts.state not in ACTIVE + ("completed",)]
     if incomplete:
         lines.append(f"resubmit the {len(incomplete)} incomplete task(s) with: "

@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 from launcher.cluster.failures import last_line
-from launcher.cluster.slurm import limits
+from launcher.cluster.slurm import limits, sbatch
 from launcher.commands.console import EXIT_FAILED, EXIT_OK, ArgumentParser
 from launcher.config.resolve import load_profile, parse_overrides, point, resolve
 from launcher.request import send
@@ -64,6 +64,9 @@ def probe(args: argparse.Namespace) -> int:
         limits.check(sub.request, profile.max_array_size, source)
     if (claimed := layout.claim(run_dir)) != run_dir:  # another probe took the name meanwhile
         sub, run_dir = moved(sub, claimed), claimed
+    if sub.request is not None:  # a probe trains nothing: no retry step around its srun
+        request = dataclasses.replace(sub.request, run_dir="")
+        sub = dataclasses.replace(sub, request=request, parameters=sbatch.parameters(request))
     reports_dir = run_dir / "environment"
     # The check goes in front of submitit's own start-up, in the same interpreter or container
     # (launcher.node.envcheck): it must run where submitit itself may be missing.

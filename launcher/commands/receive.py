@@ -5,14 +5,18 @@ the submission on standard input kept as REMOTE_DIR/submissions/<run>.json). Not
 The laptop planned the submission once, with this side's folders (launcher.request.over_ssh); this
 side reads that object back (launcher.request.wire: every field checked again as it enters), checks
 what only it can see (its data folder, the entrypoint's import from the synced project, the trackers'
-libraries, the runs folder, and the live cluster's limits: the plan's SLURM preflight), and sends
-exactly that object on the one path of every submission (launcher.commands.submit.execute), in the
-synced copy of the directory it was submitted from. Its last line is the JSON the laptop reads.
+libraries, the runs folder, a function handed over from Python by value, carried inside the object:
+launcher.config.pickled, and the live cluster's limits: the plan's SLURM preflight), and sends exactly
+that object on the one path of every submission (launcher.commands.submit.execute), in the synced copy
+of the directory it was submitted from; the run folder it makes holds that function (0600), as a local
+submission's does. Its last line is the JSON the laptop reads: the result, or what was refused
+(`{"refused": {"error": ..., "details": ...}}`; the error line goes to standard error as everywhere).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from pathlib import Path
 
@@ -30,7 +34,16 @@ def receive_parser() -> ArgumentParser:
 
 
 def receive(args: argparse.Namespace) -> int:
-    path = Path(args.submission)
+    try:
+        return received(Path(args.submission))
+    except ConfigError as err:  # as data for the laptop (launcher.request.over_ssh); main prints the error line
+        said = {"error": str(err), "details": str(getattr(err, "details", "") or "")}
+        print(json.dumps({"refused": said}), flush=True)
+        raise
+
+
+def received(path: Path) -> int:
+    """The submission at `path` checked here, then sent."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
@@ -38,6 +51,11 @@ def receive(args: argparse.Namespace) -> int:
     sub, laptop_argv, source = wire.loads(text, str(path.resolve()))
     os.chdir(sub.submit_dir)  # where the ranks start: the checks import and read from there too
     checks.check_writable_folder(sub.run_dir.parent, "profile.runs_dir", "the run folder")
-    for task in sub.tasks:
-        checks.check_where_it_runs(sub.profile, task.job, source, f"{path} (task {task.task})")
+    jobs = [(task.job, f"{path} (task {task.task})") for task in sub.tasks]
+    for job, where in jobs:
+        checks.check_where_it_runs(sub.profile, job, source, where)
+    if sub.function is not None or any(job.function for job, _ in jobs):
+        from launcher.config import pickled  # a function handed over from Python by value: only then
+
+        pickled.planned(sub.profile, source, jobs, sub.run_dir, sub.function)
     return execute(NewRun(sub, source, laptop_argv), dry=False, as_json=True)

@@ -135,7 +135,7 @@ def wait_for_run(sub: Submission, job: Any, as_json: bool, verbose: bool = False
 
     from launcher.request.echo import rank0_echo
     from launcher.request.waiting import wait
-    from launcher.rundir import plots, restarts
+    from launcher.rundir import plots, restarts, retries
 
     if not verbose:  # submitit's INFO lines (the debug executor runs the job in this process)
         logging.getLogger("submitit").setLevel(logging.WARNING)
@@ -143,13 +143,15 @@ def wait_for_run(sub: Submission, job: Any, as_json: bool, verbose: bool = False
           f"run folder {relative(sub.run_dir)}", flush=True)
     echo = rank0_echo(job, verbose) if sub.executor == "local" else None
     with echo or contextlib.nullcontext():
-        done = wait(job)
+        done = wait(job, retries=sub.profile.failures_allowed > 0)
     counted = restarts.read(sub.run_dir)
     job_id = str(job.job_id)
     if not done.ok:
         rank, short, text = done.failures[0]
         print(f"error: the run failed on rank {rank}: {short}", file=sys.stderr)
         print(text, file=sys.stderr)
+        for line in retries.last_words(sub.run_dir):  # where the failure came from; retried or why not
+            print(line, file=sys.stderr)
         record.update_record(sub.run_dir, state="FAILED", failed_rank=rank, error=short)
         emit("", {"run_dir": str(sub.run_dir), "job_id": job_id, "state": "FAILED", "failed_rank": rank,
                   "error": short, **counted.as_json()}, as_json)

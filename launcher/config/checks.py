@@ -25,11 +25,13 @@ def check_here(profile: Profile, job: JobConfig, source: str, job_source: str = 
                           f"has no NVIDIA GPU (no driver found), so the {profile.executor} executor allows only 0")
     if profile.executor == "local" and profile.python:
         check_python(profile.python, source)
-    if (job.entrypoint or job.script) and not job.project_root:  # given by --set, not by the job file
+    if (job.entrypoint or job.script or job.function) and not job.project_root:  # by --set or the API, not a job file
         job.project_root = str(project.root_for(None, Path.cwd()))
     if job.script:
         # Made absolute here, once: the tasks may start in another directory (a SLURM node's).
-        job.script = script_path(job, job_source or f"job '{job.name}'")
+        job_source = job_source or f"job '{job.name}'"
+        job.script = script_path(job, job_source)
+        check_compiles(job, job_source)
 
 
 def check_where_it_runs(profile: Profile, job: JobConfig, source: str, job_source: str = "") -> None:
@@ -64,6 +66,21 @@ def script_path(job: JobConfig, source: str = "") -> str:
     tried = project.script_places(job.script, Path.cwd(), job.code_dir, job.project_root)
     raise ConfigError(f"{source or f'job {job.name!r}'}: key 'script' has invalid value {job.script!r}; no such "
                       f"file (a path to a Python file; looked in " + ", ".join(str(p.parent) for p in tried) + ")")
+
+
+def check_compiles(job: JobConfig, source: str) -> None:
+    """The script is Python: compiled here (nothing runs), so a syntax error, or a file that is not
+    Python at all, is refused before the queue wait with Python's own message, file and line."""
+    try:
+        compile(Path(job.script).read_bytes(), job.script, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as err:  # (ValueError: null bytes, on some Pythons)
+        where = f"{job.script}, line {err.lineno}" if getattr(err, "lineno", None) else job.script
+        said = getattr(err, "msg", None) or str(err)
+        raise ConfigError(f"{source}: key 'script' has invalid value {job.script!r}; it is not Python that compiles: "
+                          f"{type(err).__name__}: {said} ({where})") from None
+    except OSError as err:
+        raise ConfigError(f"{source}: key 'script' has invalid value {job.script!r}; it cannot be read "
+                          f"({err.strerror})") from None
 
 
 def check_trackers(profile: Profile, job: JobConfig, source: str, job_source: str) -> None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Optional, Union
 
-from launcher.config import destination, runner_keys, units
+from launcher.config import destination, retry_keys, runner_keys, units
 from launcher.config.sbatch_options import modelled_sbatch_option, unsupported_sbatch_option
 from trainer.config import values
 from trainer.config.files import FileKind, Renamed
@@ -48,8 +48,7 @@ class Profile:
     # Memory per task in SLURM's spelling ("64G", "500M"; a bare number is MB); SLURM gets
     # tasks_per_node x this per node. null: the partition default. (`mem_per_task_gb: 64` still reads.)
     mem_per_task: Optional[Union[int, float, str]] = None
-    # The time limit in SLURM's formats: 90 (minutes), "1:30:00", "1-12", "2-00:00:00".
-    # (`time_min: 90`, the former name, still reads.)
+    # The time limit in SLURM's formats: 90 (minutes), "1:30:00", "1-12", "2-00:00:00" (former name: time_min).
     time: Union[int, str] = 60
     partition: str = ""
     account: str = ""
@@ -65,8 +64,7 @@ class Profile:
     # A container the tasks run in ("": none): an image file (.sif, .sqsh; relative: from this file)
     # or a registry reference (docker://..., nvcr.io/nvidia/pytorch:24.01-py3 for pyxis).
     container: str = ""
-    # apptainer/singularity: `srun ... apptainer exec --bind ... IMAGE PYTHON`; pyxis: `srun
-    # --container-image=IMAGE --container-mounts=...`.
+    # apptainer/singularity: `srun ... apptainer exec --bind ... IMAGE PYTHON`; pyxis: `srun --container-image=...`.
     container_runtime: Literal["apptainer", "singularity", "pyxis"] = "apptainer"
     # Folders to bind into the container, SRC[:DST[:ro]]; the run folder and the code are always bound.
     container_binds: list[str] = field(default_factory=list)
@@ -77,14 +75,22 @@ class Profile:
     # globs (relative paths or file names: "data/*", "*.ckpt") it leaves out beside .gitignore.
     snapshot_max_mb: float = 100
     snapshot_exclude: list[str] = field(default_factory=list)
+    # A function handed over from Python by value (launcher.client.submit(fn): a notebook cell's, a
+    # closure) is refused above this size, naming what it captured, largest first.
+    max_pickle_mb: float = 100
     # Environment variables exported to every task (values are quoted in the script).
     env: dict[str, str] = field(default_factory=dict)
-    # The signal SLURM sends `signal_delay_s` seconds before the time limit (and on preemption).
-    # USR2 by default: NCCL may swallow USR1.
+    # The signal SLURM sends `signal_delay_s` s before the time limit (and on preemption); USR2: NCCL may swallow USR1.
     signal: Literal["USR1", "USR2", "TERM", "INT", "HUP", "URG"] = "USR2"
     signal_delay_s: int = 120
     # How many times a run may be requeued after hitting its time limit (preemptions are not capped).
     max_timeout_requeues: int = 3
+    # How many times a SLURM run whose rank raised or died comes back by itself from its newest checkpoint
+    # (without a node that failed; not the same bug twice); null: 2 on SLURM, 0 for local and debug.
+    max_failures: Optional[int] = None
+    # Regular expressions that mark a line of a failed rank's log as its node's fault, beside the shipped
+    # CUDA/NCCL/ECC/Xid/bus-error ones (launcher.cluster.fault_origin): that node is left out of later attempts.
+    node_error_patterns: list[str] = field(default_factory=list)
     # Default checkpoint cadence for jobs that leave `checkpoint_every_steps` null (0: epoch ends only).
     checkpoint_every_steps: int = 0
     data_dir: str = "data"
@@ -104,8 +110,7 @@ class Profile:
     slurm_conf: str = ""
     # Extra `#SBATCH --key=value` lines for options the profile has no field for.
     sbatch_extra: dict[str, str] = field(default_factory=dict)
-    # Experiment trackers for every job run with this profile (a job's own `tracker:` wins, tracker by
-    # tracker): trainer.config.trackers.
+    # Experiment trackers for every job run with this profile (a job's own `tracker:` wins, tracker by tracker).
     tracker: Optional[TrackerConfig] = None
     init_timeout_s: int = 180
     collective_timeout_s: int = 45
@@ -128,6 +133,7 @@ class Profile:
                     "init_timeout_s", "collective_timeout_s"):
             require(getattr(self, key) > 0, key, getattr(self, key), "an integer > 0")
         require(self.snapshot_max_mb > 0, "snapshot_max_mb", self.snapshot_max_mb, "a number of MB > 0")
+        require(self.max_pickle_mb > 0, "max_pickle_mb", self.max_pickle_mb, "a number of MB > 0")
         for key in ("gpus_per_node", "gpus_per_task", "signal_delay_s", "max_timeout_requeues", "checkpoint_every_steps"):
             require(getattr(self, key) >= 0, key, getattr(self, key), "an integer >= 0")
         for key, most in _UPPER_BOUNDS.items():
@@ -211,6 +217,7 @@ class Profile:
         _check_login(self)
         runner_keys.check(self.executor, self.launch, self.login, self.sweep_runner, self.pool_workers,
                           self.in_allocation)
+        retry_keys.check(self.executor, self.container, self.max_failures, self.node_error_patterns)
         for key in ("partition", "account", "qos"):
             value = getattr(self, key)
             require(re.fullmatch(r"[A-Za-z0-9_.-]*", value) is not None, key, value,
@@ -219,6 +226,11 @@ class Profile:
     @property
     def world_size(self) -> int:
         return self.nodes * self.tasks_per_node
+
+    @property
+    def failures_allowed(self) -> int:
+        """`max_failures` with its default (retried by a SLURM batch script's retry step, not in a container)."""
+        return retry_keys.allowed(self.executor, self.container, self.max_failures)
 
     @property
     def waits(self) -> bool:

@@ -83,9 +83,10 @@ def problem_there(login: str, profile: Profile, said: str) -> str | None:
 
 def submission_command(root: str, name: str, python: str, code_dir: str) -> str:
     """The shell line there that keeps the submission (standard input) as submissions/NAME.json and
-    starts the tool from the synced code on it."""
+    starts the tool from the synced code on it. Private (umask 077), as the run folder is: it may carry
+    a function pickled by value, and unpickling runs code."""
     kept = layout.submission_file(name)
-    return (f"cd {remote_path(root)} && mkdir -p {layout.SUBMISSIONS} && cat > {shlex.quote(kept)} && "
+    return (f"umask 077 && cd {remote_path(root)} && mkdir -p {layout.SUBMISSIONS} && cat > {shlex.quote(kept)} && "
             f"PYTHONPATH={remote_path(code_dir)} exec {shlex.quote(python)} -c {shlex.quote(BOOT)} "
             f"{shlex.quote(kept)}")
 

@@ -25,7 +25,7 @@ from launcher.remote import layout as remote_layout
 from launcher.remote import record, sync, transport
 from launcher.remote.cluster_side import ClusterSide, interpreter
 from launcher.remote.connection import Connection
-from launcher.request import wire
+from launcher.request import channel, wire
 from launcher.request.errors import LostAfterSending
 from launcher.request.plan import Checked
 from launcher.request.submission import Submission, build
@@ -66,7 +66,8 @@ class SshPlan:
                       "project": {"laptop_root": str(c.project.root), "laptop_submit_dir": str(c.submit_dir)}
                       if c.project is not None else {}}
             self._sub = build(profile, side.points(profile, c.points), side.run_dir(self.local.name), c.is_sweep,
-                              c.after, side.submit_dir(c.submit_dir), survey, Path(side.code_dir), origin)
+                              c.after, side.submit_dir(c.submit_dir), survey, Path(side.code_dir), origin,
+                              c.function)
         return self._sub
 
     def heading(self) -> str:
@@ -109,7 +110,7 @@ class SshPlan:
                                 profile=self.profile.name, job=sub.tasks[0].job.name, tasks=len(sub.tasks),
                                 created=time.time(), project=project[0] if project else "")
         record.write_remote_record(local, kept)
-        # First, as the run folder line a local submission starts with (launcher.client reads it).
+        channel.tell("run_dir", run_dir=str(local), remote_run_dir=str(sub.run_dir))
         self.say(f"run folder: {local} (the local record; the run: {self.profile.login}:{sub.run_dir})")
         self.say(f"code: {sent} file(s) sent to {conn.to.rsync_host}:{code_dir}")
         if project and self.project:
@@ -129,12 +130,21 @@ class SshPlan:
             kept.job_ids = [str(i) for i in result.get("job_ids") or [result["job_id"]]]
             kept.remote_run_dir = str(result.get("run_dir") or kept.remote_run_dir)  # (a name taken there)
             record.write_remote_record(local, kept)
+            channel.tell("queued", run_dir=str(local), job_ids=kept.job_ids)
         if code == EXIT_BAD_INPUT and not kept.job_ids:
             shutil.rmtree(local, ignore_errors=True)  # refused there (its error line said why): nothing queued
-        elif code == 0:
+            # What it refused, as data (receive's last line), for a program that started this one.
+            said = result.get("refused") if isinstance(result.get("refused"), dict) else {}
+            channel.tell("refused", error=str(said.get("error") or f"login {self.profile.login}: the cluster side "
+                                              f"refused the submission (exit {code})"),
+                         details=str(said.get("details") or ""))
+            return code
+        if code == 0:
             self.say(f"from here: {Path(sys.argv[0]).name} status {local}")
-        if as_json and last.startswith("{"):  # the last line, as --json promises
-            self.say(last)
+        if last.startswith("{"):  # the last line, as --json promises (and as data, to a program that started this one)
+            channel.tell("result", payload=result)
+            if as_json:
+                self.say(last)
         return code
 
 

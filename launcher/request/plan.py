@@ -19,8 +19,11 @@ from launcher.cluster import preflights
 from launcher.cluster.slurm import allocation
 from launcher.cluster.jobids import distinct_bases
 from launcher.config import checks
+from launcher.config.after import dependency
+from launcher.config.after import split as split_after
 from launcher.config.profile import Profile
 from launcher.config.resolve import Point, resolve
+from launcher.request import channel
 from launcher.request.submission import Submission, build, moved
 from launcher.rundir import layout, record, snapshot
 from trainer.config.job import JobConfig
@@ -30,8 +33,9 @@ from trainer.config.schema import ConfigError
 @dataclass
 class Checked:
     """What a submission is made of, resolved and checked on this machine: the profile, each task's
-    point, the run folder (here: a new run's, or the local record's over SSH), the --after job ids, the
-    ranks' working directory and your project's files (the snapshot's list; None: no project)."""
+    point, the run folder (here: a new run's, or the local record's over SSH), the --after dependencies
+    ("afterok:12"), the ranks' working directory, your project's files (the snapshot's list; None: no
+    project) and a function handed over from Python by value for the new run folder (None: none)."""
 
     profile: Profile
     points: list[Point]
@@ -42,27 +46,27 @@ class Checked:
     submit_dir: Path
     project: snapshot.Survey | None
     held: allocation.Allocation | None = None  # the allocation the ranks run in (`in_allocation`)
+    function: bytes | None = None
 
     def submission(self) -> Submission:
         """The submission as it is queued from this machine."""
         return build(self.profile, self.points, self.run_dir, self.is_sweep, self.after, self.submit_dir, self.project,
-                     held=self.held)
+                     held=self.held, function=self.function)
 
 
 def check(profile: Profile, points: list[Point], run_dir: Path | None, is_sweep: bool, source: str,
-          after: str | None, submit_dir: Path | None = None, job_name: str = "") -> Checked:
-    """The --after dependency and the checks this machine can make (new runs and --resume alike), before
+          after: list[str] | None, submit_dir: Path | None = None, job_name: str = "",
+          function: bytes | None = None) -> Checked:
+    """The --after dependencies and the checks this machine can make (new runs and --resume alike), before
     anything is made, each handed what it needs in turn, from the run folder's wing down to the
     configuration's: the run folder (`run_dir`; None: a new run's, named after `job_name`) and your
     project's snapshot listed (its size cap checked), then the run folder's parent and each job (where
     the run is queued from here, what only the machine that runs it can see too: its data, its
     entrypoint's import, its trackers' libraries; over SSH the cluster side checks those:
     launcher.commands.receive). `submit_dir`: the ranks' working directory (a new run: here; --resume:
-    the run's own)."""
-    # `is not None`: `--after ''` names no run (refused), it does not drop the dependency.
-    if after is not None and profile.executor != "slurm":
-        raise ConfigError(f"--after {after}: dependencies need a slurm profile, not '{profile.executor}'")
-    after_jobs = _job_ids_of(after, profile.login) if after is not None else []
+    the run's own). `function`: one pickled by value (`--function`; --resume: the run folder's), checked
+    here after the jobs (launcher.config.pickled), and written into the new run folder by `Plan.prepare`."""
+    after_jobs = dependencies(after or [], profile)
     if run_dir is None:
         run_dir = layout.new_run_dir(Path(profile.runs_dir), job_name, profile.name)
     root = next((p.job.project_root for p in points if p.job.project_root), "")
@@ -79,7 +83,12 @@ def check(profile: Profile, points: list[Point], run_dir: Path | None, is_sweep:
             checks.check_where_it_runs(profile, p.job, source, p.source)
         if files is not None:
             checks.check_in_snapshot(p.job, files.files, p.source)
-    return Checked(profile, points, run_dir, is_sweep, source, after_jobs, submit_dir or Path.cwd(), files, held)
+    if function is not None or any(p.job.function for p in points):
+        from launcher.config import pickled  # a function handed over from Python: only then
+
+        function = pickled.planned(profile, source, [(p.job, p.source) for p in points], run_dir, function)
+    return Checked(profile, points, run_dir, is_sweep, source, after_jobs, submit_dir or Path.cwd(), files, held,
+                   function)
 
 
 def _allocation(profile: Profile, tasks: int) -> allocation.Allocation:
@@ -93,12 +102,29 @@ def _allocation(profile: Profile, tasks: int) -> allocation.Allocation:
     return held
 
 
+def dependencies(after: list[str], profile: Profile) -> list[str]:
+    """Each `--after RUN[:COND]` as SLURM dependency items ("afterok:12"), every run checked."""
+    for item in after:  # (`--after ''` names no run: refused, it does not drop the dependency)
+        if profile.executor != "slurm":
+            raise ConfigError(f"--after {item}: dependencies need a slurm profile, not '{profile.executor}'")
+    items = []
+    for item in after:
+        run, condition = split_after(item, Path(item).is_dir())
+        items += dependency(_job_ids_of(run, profile.login), condition)
+    return items
+
+
 def new_run(args: argparse.Namespace) -> Checked:
-    """`submit.py --profile P --job J [--set ...] [--after RUN]`, resolved and checked here: the
-    configuration resolved (launcher.config.resolve), then handed down to the checks once."""
+    """`submit.py --profile P --job J [--set ...] [--after RUN] [--function FILE]`, resolved and checked
+    here: the configuration resolved (launcher.config.resolve), then handed down to the checks once."""
     resolved = resolve(args.profile, args.job, args.sets, wait=args.wait)
+    function = None
+    if args.function is not None:
+        from launcher.config.pickled import receive
+
+        function = receive(args.function)
     return check(resolved.profile, resolved.points, None, resolved.is_sweep, resolved.profile_source, args.after,
-                 job_name=resolved.job.name)
+                 job_name=resolved.job.name, function=function)
 
 
 class Plan:
@@ -142,6 +168,11 @@ class Plan:
         if claimed != self.sub.run_dir:
             self.sub = moved(self.sub, claimed)
         record.create(self.sub.run_dir, self.sub.describe(), ["submit.py", *self.argv])
+        if self.sub.function is not None:  # a function handed over by value: what every rank calls
+            from trainer.runners import pickled  # (only then)
+
+            pickled.write(self.sub.run_dir, self.sub.function)
+        channel.tell("run_dir", run_dir=str(self.sub.run_dir))
         # The job's fields as they are (asdict's deep copy of each of 1,000 jobs cost 40 ms; a JSON
         # dump changes nothing it is given), but a nested dataclass (`tracker`) as its mapping: JSON would
         # write its repr, which --resume cannot read back.
@@ -156,6 +187,7 @@ class Plan:
     def record(self, job_ids: list[str]) -> None:
         """After each sbatch (a split array calls it once per array): what is queued so far."""
         record.update_record(self.sub.run_dir, job_ids=job_ids)
+        channel.tell("queued", run_dir=str(self.sub.run_dir), job_ids=job_ids)
 
     def report(self, jobs: list[Any], as_json: bool) -> int:
         """After sending: what the user sees (launcher.commands.submit and .resume implement it)."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import shlex
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,7 @@ from launcher.cluster.slurm import allocation, sbatch
 from launcher.config.profile import Profile
 from launcher.config.resolve import Point
 from launcher.node import torchrun_command
-from launcher.rundir import snapshot
+from launcher.rundir import exclusions, snapshot
 from launcher.rundir.layout import log_dir, task_dir
 from trainer.config import project
 from trainer.config.job import JobConfig, RunSettings
@@ -63,8 +63,11 @@ class Submission:
     # What RUN/code/SNAPSHOT.json also records of where the code came from (over SSH: the laptop's
     # commit and dirty state, its project root and submit directory); {}: it was taken here.
     origin: dict[str, Any] = field(default_factory=dict)
-    # The allocation the ranks run in as a job step (`in_allocation`; None: a job of their own).
+    # A job step of the allocation the submitter runs in (`in_allocation`; None: a job of their own).
     allocation: allocation.Allocation | None = None
+    # A function handed over from Python by value (launcher.client), for the new run folder
+    # (trainer.runners.pickled); over SSH it travels inside this object (launcher.request.wire).
+    function: bytes | None = None
 
     @property
     def project_root(self) -> str:
@@ -149,7 +152,9 @@ def slurm_request(profile: Profile, job_name: str, after: list[str] | None = Non
         array_parallelism=profile.array_parallelism, env=dict(profile.env), setup=list(profile.setup),
         sbatch_extra=dict(profile.sbatch_extra), slurm_conf=profile.slurm_conf_file, after=list(after or []),
         python=profile.python, container=profile.container, container_runtime=profile.container_runtime,
-        container_binds=binds,
+        container_binds=binds, run_dir=str(run_dir or ""), max_failures=profile.failures_allowed,
+        node_error_patterns=list(profile.node_error_patterns),
+        exclude=exclusions.excluded(run_dir) if run_dir else [],  # --resume: the nodes the run left out
         step_name=allocation.step_name(run_dir.name if run_dir else job_name) if profile.in_allocation else "")
 
 
@@ -179,7 +184,8 @@ def run_settings(profile: Profile, point: Point, folder: Path, swept: bool, run_
 def build(profile: Profile, points: list[Point], run_dir: Path, is_sweep: bool,
           after: list[str] | None = None, submit_dir: Path | None = None,
           project_files: snapshot.Survey | None = None, code_root: Path = CODE_ROOT,
-          origin: dict[str, Any] | None = None, held: allocation.Allocation | None = None) -> Submission:
+          origin: dict[str, Any] | None = None, held: allocation.Allocation | None = None,
+          function: bytes | None = None) -> Submission:
     """The whole submission for `points` (one, or one per array task) under `run_dir`. Pure."""
     tasks = [TaskSpec(p.task, p.job, run_settings(profile, p, task_dir(run_dir, p.task, is_sweep), is_sweep, run_dir),
                       p.overrides) for p in points]
@@ -188,6 +194,10 @@ def build(profile: Profile, points: list[Point], run_dir: Path, is_sweep: bool,
     if profile.executor == "slurm":
         root = next((p.job.project_root for p in points if p.job.project_root), "")
         request = slurm_request(profile, points[0].job.name, after, run_dir, submit_dir, root, code_root)
+        if is_sweep and profile.sweep_runner == "pool":
+            # No batch-script retry step: a pool's worker is no task of its own (its points are), and
+            # a dead worker's point is taken back by the others (launcher.cluster.pool_claims).
+            request = replace(request, run_dir="")
         params, python = sbatch.parameters(request), sbatch.python_command(request)
         if is_sweep and profile.sweep_runner == "pool":  # every worker at once: they share the points
             params["array_parallelism"] = max(1, min(profile.pool_workers, len(points)))
@@ -195,7 +205,7 @@ def build(profile: Profile, points: list[Point], run_dir: Path, is_sweep: bool,
         params, python = local_parameters(profile), shlex.quote(profile.python) if profile.python else None
     return Submission(profile.executor, run_dir, log_dir(run_dir), profile, tasks, params,
                       profile.slurm_conf_file, list(after or []), python, request, submit_dir, project_files,
-                      code_root, dict(origin or {}), held if profile.in_allocation else None)
+                      code_root, dict(origin or {}), held if profile.in_allocation else None, function)
 
 
 def moved(sub: Submission, run_dir: Path) -> Submission:
@@ -204,4 +214,4 @@ def moved(sub: Submission, run_dir: Path) -> Submission:
     the run folder into a container."""
     points = [Point(t.task, t.job, t.overrides, "", t.settings.data_dir, t.settings.tracker) for t in sub.tasks]
     return build(sub.profile, points, run_dir, sub.is_array, sub.after_job_ids, sub.submit_dir, sub.project,
-                 sub.code_root, sub.origin, sub.allocation)
+                 sub.code_root, sub.origin, sub.allocation, sub.function)

@@ -17,7 +17,7 @@ from launcher.cluster.local import LocalFailFast
 from launcher.cluster.slurm import accounting, srun
 from launcher.rundir import record, results
 from launcher.cluster.rank_notes import rank_failures, rank_notes
-from launcher.rundir.outcomes import error_text
+from launcher.rundir.outcomes import error_text, succeeded
 from launcher.rundir.record import RecordedRun
 from launcher.rundir.states import ACTIVE, TaskState, task_states
 from trainer.runners.envelope import RANK_NODES
@@ -94,12 +94,22 @@ def backoff(first: float, most: float) -> Iterator[float]:
         delay = min(most, delay * 1.5)
 
 
-def wait(job: Any, poll_s: float = 1.0, force_every_s: float = 5.0, grace_s: float = 3.0) -> Outcome:
+def _settled(tasks: list[Any], retries: bool) -> bool:
+    """Every rank left a result file and, where a failed attempt may come back by itself (`retries`:
+    launcher.heal requeues it), none is an error: the scheduler says when those are the end."""
+    if not all(Path(t.paths.result_pickle).exists() for t in tasks):
+        return False
+    return not retries or all(succeeded(Path(t.paths.result_pickle)) for t in tasks)
+
+
+def wait(job: Any, poll_s: float = 1.0, force_every_s: float = 5.0, grace_s: float = 3.0,
+         retries: bool = False) -> Outcome:
     """Wait for every task of a submitit job; rank 0's result, with all ranks' node names.
 
-    Ends as soon as every rank left a result file, or the scheduler says the job ended (asked every
-    `force_every_s`, not on submitit's backoff of up to 10 minutes); ranks with no result then get
-    `grace_s` for their file to appear before they are reported from srun's lines and their log.
+    Ends as soon as every rank left a result file (`retries`: a successful one), or the scheduler says
+    the job ended (asked every `force_every_s`, not on submitit's backoff of up to 10 minutes); ranks with
+    no result then get `grace_s` for their file to appear before they are reported from srun's lines and
+    their log.
     """
     num_tasks = getattr(job, "num_tasks", 1)
     tasks = [job] if num_tasks <= 1 else [job.task(k) for k in range(num_tasks)]
@@ -108,7 +118,7 @@ def wait(job: Any, poll_s: float = 1.0, force_every_s: float = 5.0, grace_s: flo
     if _is_scheduled(job):
         last_force = 0.0
         delays = backoff(0.05, poll_s)
-        while not all(Path(t.paths.result_pickle).exists() for t in tasks):
+        while not _settled(tasks, retries):
             if failfast is not None:
                 failfast.check()
             now = time.time()

@@ -14,6 +14,8 @@ shape's notes from launcher.cluster.rank_notes, which the node writes).
         checkpoints/    ckpt-<step>.pt, the newest K
         model_final.pt  the final weights (a state_dict)
         result.json     the final metrics, once the run has finished (failure.json if it failed)
+        function.pkl    a function handed over from Python by value (trainer.runners.pickled), private
+        errors/         what your function raised, one record per failing rank (trainer.runners.failures)
         curves.png      loss and accuracy per epoch
         task-NNNN/      a sweep's tasks, each laid out like a single run (without run.json)
             logs/       a pool's point: its ranks' output under each worker that ran it

@@ -10,7 +10,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from launcher.cluster.failures import last_line, root_cause_first
+from launcher.cluster.failures import last_line, root_cause_first, traceback_body
 from launcher.cluster.rank_notes import rank_failures, rank_notes
 from launcher.rundir.layout import job_files, job_log_dir, result_pickle_names
 from trainer.config.schema import ConfigError
@@ -20,9 +20,7 @@ from trainer.runners.envelope import RANK_NODES
 def error_text(text: str, default: str = "error") -> tuple[str, str]:
     """(the one-line error, the full text) of a rank's failure as submitit reports it: the traceback
     between "-----" rules, then a list of log paths; the traceback's last line is the exception."""
-    body = str(text).strip().split("\nYou can check full logs")[0]
-    lines = "\n".join(line for line in body.splitlines() if not line.strip().startswith("-----"))
-    return last_line(lines, default), str(text).strip()
+    return last_line(traceback_body(str(text)), default), str(text).strip()
 
 
 def read_outcomes(run_dir: Path, job_id: str,
@@ -46,6 +44,17 @@ def read_outcomes(run_dir: Path, job_id: str,
         if rank.isdigit():
             out[int(rank)] = (str(kind), value)
     return out
+
+
+def succeeded(result_pickle: Path) -> bool:
+    """Whether a rank's result file (submitit's pickle of ("success", result) or ("error", traceback))
+    holds a success; False while it is missing or half written (the wait of a run whose failed attempt
+    may come back by itself, launcher.request.waiting)."""
+    try:
+        with open(result_pickle, "rb") as fh:
+            return bool(pickle.load(fh)[0] == "success")  # noqa: S301 - the run's own private folder
+    except Exception:  # noqa: BLE001 - missing, torn or foreign: not a success
+        return False
 
 
 def check_private(run_dir: Path, folder: Path) -> None:

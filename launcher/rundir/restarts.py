@@ -8,6 +8,9 @@ is read from what the previous attempt left:
   (submitit's own distinction, the one `max_timeout_requeues` counts);
 * it did not requeue itself but the same job came back (SLURM requeued it: `scontrol requeue`,
   a node failure, a preemption in requeue mode): "slurm-requeue";
+* it failed and came back by itself (launcher.heal; its "failure" event says where the failure came
+  from): "node-failure" (retried without that node; also SLURM's own requeue after NODE_FAIL) or
+  "rank-failure" (a rank raised or died; retried from the newest checkpoint);
 * a new job continued the run (`submit.py --resume` after a failure or a refused requeue): "failure";
 * a pool's point (launcher.node.pool_worker) that another worker continued: "slurm-requeue" when SLURM
   ended its worker (which gave it back), "taken-back" when its worker died holding it.
@@ -23,12 +26,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from launcher.rundir.retries import CAUSES as FAILURE_CAUSES
+from launcher.rundir.retries import FAILURE_EVENT
 from trainer.rank import events
 
 CAUSES = {
     "timeout": "requeued after its time limit",
     "preemption": "requeued after preemption",
     "slurm-requeue": "requeued by SLURM (scontrol requeue, node failure)",
+    "node-failure": "retried without a failed node",
+    "rank-failure": "retried after a rank failed",
     "failure": "resumed after a failure",
     "taken-back": "taken back from a pool worker that died",
 }
@@ -88,6 +95,7 @@ def classify(log: list[dict[str, Any]]) -> Restarts:
         start = current[0]
         resumed = next((e for e in current if e["event"] == "resumed"), None)
         stopped = next((e for e in reversed(previous) if e["event"] == "stopped"), None)
+        failed = next((e for e in reversed(previous) if e["event"] == FAILURE_EVENT), None)
         before = next((e for e in previous if events.starts_attempt(e)), {})
         same_job = str(before.get("job_id", "")) == str(start.get("job_id", ""))
         restart = Restart("failure", start.get("time", 0.0), str(start.get("job_id", "")),
@@ -96,6 +104,9 @@ def classify(log: list[dict[str, Any]]) -> Restarts:
         if stopped is not None and stopped.get("requeued"):
             restart.cause = stopped.get("reason") if stopped.get("reason") in CAUSES else "preemption"
             restart.detail = f"SIG{stopped.get('signal')} at step {stopped.get('step')}"
+        elif same_job and failed is not None and failed.get("origin") in FAILURE_CAUSES:
+            restart.cause = FAILURE_CAUSES[failed["origin"]]
+            restart.detail = str(failed.get("error") or "")
         elif start.get("pool_worker") and not same_job and stopped is None:
             restart.cause = "taken-back"
             restart.detail = f"job {before.get('job_id', '?')} died holding it; job {start.get('job_id', '?')} took it"

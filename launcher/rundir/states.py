@@ -32,6 +32,7 @@ from launcher.rundir.layout import FAILURE_FILE, RESULT_FILE, TORCHRUN_DIR, job_
 from launcher.rundir.outcomes import failure_of, read_outcomes
 from launcher.rundir.record import RecordedRun, read_optional
 from launcher.rundir.task_state import ACTIVE, FINAL, TaskState
+from trainer.rank.rundir import ERRORS_DIR, error_file
 
 _LOG_TIME = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")
 
@@ -73,6 +74,14 @@ def _submitted_at(info: RecordedRun, job_id: str) -> float:
         if job_id in entry.get("job_ids", []):
             return float(entry.get("time") or 0)
     return float(info.record.get("created") or 0)
+
+
+def raised(task_dir: Path, rank: int | None) -> dict[str, Any] | None:
+    """The record of what the function raised on `rank` (None: the first rank that recorded one)."""
+    if rank is None:
+        found = sorted(Path(task_dir, ERRORS_DIR).glob("rank-*.json"))
+        return read_optional(found[0]) if found else None
+    return read_optional(error_file(task_dir, rank))
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -128,6 +137,9 @@ def _from_scheduler(ts: TaskState, record: SchedulerRecord, waiting: SchedulerRe
         ts.wall_time_s = record.elapsed_s
     if record.state not in ("completed",) + ACTIVE:
         ts.error = f"{record.slurm_state}" + (f" (exit {record.exit_code})" if record.exit_code else "")
+    if record.state == "cancelled" and record.start is None and record.reason.startswith("Dependency"):
+        # --after whose condition can no longer hold (notok on a run that succeeded): SLURM cancels it.
+        ts.error = "cancelled before it started, while waiting for the runs it depends on (--after)"
     if waiting is not None and waiting.state == "pending":
         ts.reason, ts.expected_start = waiting.reason, waiting.start
 
@@ -202,6 +214,8 @@ def _one_task(info: RecordedRun, task: int, job_id: str, history: list[str],
         ts.failed_rank, ts.error = failure
         if ts.state == "completed":
             ts.state = "failed"
+    if ts.state in ("failed", "timeout"):
+        ts.failure = raised(ts.task_dir, ts.failed_rank)
     if ts.state == "completed" and outcomes.get(0, ("", None))[0] == "success":
         ts.result = outcomes[0][1] if isinstance(outcomes[0][1], dict) else None
     if finished is not None:

@@ -36,6 +36,8 @@ class TaskState:
     expected_start: float | None = None
     # The outcome came from the task's result.json (see finished_record), not its pickles and logs.
     recorded: bool = False
+    # What your function raised on the failing rank (trainer.runners.failures: type, message, traceback).
+    failure: dict[str, Any] | None = None
 
     @property
     def attempt(self) -> int:
@@ -54,7 +56,7 @@ class TaskState:
                 "failed_rank": self.failed_rank, "overrides": self.overrides, "task_dir": str(self.task_dir),
                 "attempts": self.attempt, "start": self.start if self.state != "pending" else None,
                 "end": self.end, "reason": self.reason or None,
-                "expected_start": self.expected_start, "result": self.result}
+                "expected_start": self.expected_start, "result": self.result, "failure": self.failure}
 
 
 def _round(value: float | None) -> float | None:

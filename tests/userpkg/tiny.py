@@ -10,6 +10,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from tests.userpkg import faults
 from trainer.api import Context, ResumableSampler, epoch_and_skip, steps_per_epoch
 
 
@@ -23,6 +24,8 @@ class TinyConfig:
     dropout: float = 0.1  # dropout draws random numbers: exact resume needs every rank's RNG back
     fail_at_step: int = 0  # the user's own failure, for the sweep/--resume tests (0: never)
     step_sleep_s: float = 0.0  # slows each step, so that a test can signal the run from outside
+    bad_node_file: str = ""  # a node that fails every rank on it from node_fault_at_step (tests/userpkg/faults.py)
+    node_fault_at_step: int = 0
 
 
 def blobs(samples: int, seed: int = 0) -> TensorDataset:
@@ -45,6 +48,7 @@ def train(ctx: Context, config: TinyConfig) -> dict:
     data = blobs(config.samples)
     sampler = ResumableSampler(data, ctx, shuffle=True, seed=1)
     step = ctx.resume(model=net, optimizer=optimizer, scheduler=scheduler)
+    faults.claim(ctx, config.bad_node_file)
     loss = torch.zeros(())
     while step < total:
         epoch, skip = epoch_and_skip(step, per_epoch, config.batch_size)
@@ -54,6 +58,7 @@ def train(ctx: Context, config: TinyConfig) -> dict:
         loader = DataLoader(data, batch_size=config.batch_size, sampler=sampler, generator=torch.Generator())
         for x, y in loader:
             ctx.step_boundary(step)
+            faults.at_step(ctx, config.bad_node_file, config.node_fault_at_step, step)
             if config.fail_at_step and step == config.fail_at_step and ctx.rank == 0:
                 raise RuntimeError(f"failing on purpose at step {step} (config.fail_at_step)")
             time.sleep(config.step_sleep_s)

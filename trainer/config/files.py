@@ -156,6 +156,12 @@ STDIN = "<stdin>"
 _stdin: list[bytes] = []  # read once: a submission may load the job more than once
 
 
+def forget_stdin() -> None:
+    """Read standard input again next time: the command line run again in the same process
+    (launcher.client runs a debug profile's submission in the caller's process)."""
+    _stdin.clear()
+
+
 def read_stdin() -> dict[str, Any]:
     """The YAML mapping on standard input (`--job -`), read with the same rules as a file."""
     import sys

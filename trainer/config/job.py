@@ -37,6 +37,11 @@ class JobConfig:
     # then only matter through what the function reads; `config:` is the function's own mapping.
     entrypoint: str = ""
     config: dict[str, Any] = field(default_factory=dict)
+    # Or your function handed over from Python (launcher.client.submit(fn)) when it is not importable by
+    # name (a notebook cell, a script's __main__, a lambda, a closure, a partial): pickled by value into
+    # the run folder (function.pkl, trainer.runners.pickled); this names it ("__main__:train"). Set by
+    # the Python API, which also hands the submitter the pickle; called like an entrypoint, with `config:`.
+    function: str = ""
     # Or a script run once per rank, unchanged, in torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK,
     # LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), with its command-line `args`.
     script: str = ""
@@ -124,13 +129,13 @@ class JobConfig:
         require(self.checkpoint_every_steps is None or 0 <= self.checkpoint_every_steps <= INT32_MAX,
                 "checkpoint_every_steps", self.checkpoint_every_steps, f"an integer in [0, {INT32_MAX}] or null")
         # A user's function may log or return any metric; the built-in recipe only these.
-        require(bool(self.entrypoint or self.script) or self.target_metric in METRICS, "target_metric", self.target_metric,
+        require(bool(self.entrypoint or self.script or self.function) or self.target_metric in METRICS, "target_metric", self.target_metric,
                 f"one of {', '.join(METRICS)} (any metric name with an entrypoint)")
         # Values that reach the batch script (the job name), python's argument vector or a path: the
         # one rule (trainer.config.values), so the error names the job file they came from.
         for key, rule in (("name", values.text), ("script", values.argument), ("script", values.path),
                           ("data_dir", values.path), ("code_dir", values.path),
-                          ("project_root", values.path), ("target_metric", values.text)):
+                          ("project_root", values.path), ("target_metric", values.text), ("function", values.text)):
             problem = rule(getattr(self, key))
             require(problem is None, key, getattr(self, key), problem or "")
         for i, arg in enumerate(self.args):
@@ -139,8 +144,10 @@ class JobConfig:
                 "a Python file (a path ending in .py)")
         require(not (self.entrypoint and self.script), "script", self.script,
                 "empty when 'entrypoint' is set (a job runs one or the other)")
+        require(not (self.function and (self.entrypoint or self.script)), "function", self.function,
+                "empty when 'entrypoint' or 'script' is set (a job runs one of them)")
         # Read by nothing otherwise: refused rather than silently ignored.
-        require(not self.config or bool(self.entrypoint), "config", self.config,
+        require(not self.config or bool(self.entrypoint or self.function), "config", self.config,
                 "empty without an 'entrypoint' (only your function reads config:; the built-in recipe's keys are "
                 "top-level, e.g. --set job.lr=0.1)")
         require(not self.args or bool(self.script), "args", self.args,
@@ -247,7 +254,7 @@ def job_mapping(loaded: files.Loaded) -> tuple[dict[str, Any], dict[str, Any] | 
     sweep = data.pop("sweep", None)
     if sweep is not None and not isinstance(sweep, dict):
         raise ConfigError(f"{loaded.source}: key 'sweep' must be a mapping with 'grid' and/or 'tasks'")
-    if data.get("entrypoint") or data.get("script"):
+    if data.get("entrypoint") or data.get("script") or data.get("function"):
         data.setdefault("code_dir", str(loaded.path.resolve().parent))
         data.setdefault("project_root", str(project.root_for(loaded.path, Path.cwd(), found_by_name(loaded.path))))
     return data, sweep

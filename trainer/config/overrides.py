@@ -64,7 +64,8 @@ def parse(items: list[str], scopes: dict[str, type]) -> dict[str, dict[str, Any]
             raise ConfigError(f"--set {item}: value {shown(raw)} is not a valid YAML scalar ({err})") from None
         # A user's `config.` may hold lists and mappings at any depth (its dataclass checks them).
         if isinstance(value, (dict, list)) and name not in ("setup", "env", "sbatch_extra", "extra", "container_binds",
-                                                            "args") and not name.startswith("config."):
+                                                            "args", "node_error_patterns") \
+                and not name.startswith("config."):
             raise ConfigError(f"--set {item}: value must be a single scalar, got {type(value).__name__}")
         _set_dotted(out[scope], name, value, item)
     return out

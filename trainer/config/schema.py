@@ -8,6 +8,8 @@ Reading the files themselves is trainer.config.files'.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import dataclasses
 import difflib
 import functools
@@ -133,7 +135,7 @@ def _describe(tp: Any) -> str:
     if origin is dict:
         return "a mapping" if typing.get_args(tp)[1] is Any else "a mapping of names to strings"
     return {int: "an integer", float: "a number", str: "a string", bool: "true or false",
-            Path: "a path", PurePath: "a path"}.get(tp, str(tp))
+            Path: "a path", PurePath: "a path", bytes: "base64 text"}.get(tp, str(tp))
 
 
 def _coerce(value: Any, tp: Any, source: str, key: str) -> Any:
@@ -206,6 +208,12 @@ def _coerce(value: Any, tp: Any, source: str, key: str) -> Any:
     elif tp is PurePath or tp is Path:  # a path written as text (a record, a submission sent as JSON)
         if isinstance(value, str) and value:
             return tp(value)
+    elif tp is bytes:  # bytes written as base64 text (a submission sent as JSON: launcher.request.wire)
+        if isinstance(value, str):
+            try:
+                return base64.b64decode(value, validate=True)
+            except binascii.Error:
+                pass
     raise bad_value_error(source, key, value, _describe(tp))
 
 

@@ -7,6 +7,9 @@
     tensorboard/     TensorBoard event files, when the job asks for them
     startup/         each rank's start-up timing marks (trainer.rank.timing)
     script-stops/    how the tasks of a `script:` job agree on a stop (trainer.rank.handoff)
+    errors/          rank-NNNNN.json: what your function raised on that rank (trainer.runners.failures)
+    function.pkl     (the run folder's, not a sweep task's) your function pickled by value, when
+                     it was handed over from Python and is not importable by name (trainer.runners.pickled)
 
 The submitter's names (run.json, logs/, result.json, ...) are launcher.rundir.layout's, which reads
 these from here. No torch: the submitter and the script runner use it.
@@ -24,6 +27,8 @@ MODEL_FILE = "model_final.pt"
 TENSORBOARD_DIR = "tensorboard"
 TIMING_DIR = "startup"
 SCRIPT_STOPS_DIR = "script-stops"
+ERRORS_DIR = "errors"
+FUNCTION_FILE = "function.pkl"
 
 # How each rank's log marks the start of an attempt (launcher.node.task writes it to both of a rank's logs, so
 # that each file has it; the submitter's live view of a local run shows it once, launcher.request.echo).
@@ -43,6 +48,11 @@ def checkpoint_files(folder: Path) -> list[Path]:
     if not folder.is_dir():
         return []
     return sorted(p for p in folder.iterdir() if re.match(_CHECKPOINT, p.name))
+
+
+def error_file(run_dir: Path | str, rank: int) -> Path:
+    """Where rank `rank` records what your function raised on it (a run's or a sweep task's folder)."""
+    return Path(run_dir) / ERRORS_DIR / f"rank-{rank:05d}.json"
 
 
 def has_checkpoint(run_dir: Path | str) -> bool:

@@ -4,7 +4,7 @@
 and SLURM executors and its debug executor (launcher.node), torchrun (`python -m trainer`) and plain
 python. It never imports submitit. It runs a `script:` in a child process (trainer.runners.scripts),
 or a function on the public per-rank API (trainer.runners.functions): the job's `entrypoint:`
-(trainer.runners.entrypoints), or for a built-in recipe `trainer.recipes.training.fit`, which is
+(trainer.runners.entrypoints) or the function pickled into its run folder (trainer.runners.pickled), or for a built-in recipe `trainer.recipes.training.fit`, which is
 written on that same API.
 
 Importing this module imports no torch: a `script:` rank's task only watches its child, and the
@@ -75,8 +75,8 @@ def function_of(job: JobConfig, settings: RunSettings) -> Call:
     job with its data folder filled in: trainer.config.job.data_folder)."""
     from trainer.runners import functions
 
-    if job.entrypoint:
-        return functions.of_entrypoint(job)
+    if job.entrypoint or job.function:
+        return functions.of_entrypoint(job, settings)
     from trainer.recipes import training
 
     return functions.Call(BUILTIN, training.fit, dataclasses.replace(job, data_dir=data_folder(job, settings.data_dir)))

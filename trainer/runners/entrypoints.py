@@ -13,6 +13,10 @@ imports a missing package or calls sys.exit() while being imported, and a config
 `details`: the user's own traceback frames (none of this project's or importlib's), which the command
 line prints after the line. A traceback through the submitter would say the submitter failed.
 
+What is named must be a function (a `def`, a lambda, a method, or a functools.partial of one): a class,
+or another callable object, is refused. `checked` is the one check for a function found by name here
+and for one unpickled from a run folder (trainer.runners.pickled).
+
 The function is called as `fn(ctx, config)` when its signature takes two positional arguments
 (`(ctx, config)`, `(*args, **kwargs)`, `(ctx, config=None)`), else as `fn(ctx)` (`(ctx)`,
 `(ctx, *rest)`). When its config parameter is annotated with a dataclass, `config:` is validated
@@ -27,6 +31,7 @@ may import torch itself: that is the check's cost).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import inspect
 import os
@@ -61,12 +66,17 @@ def _drop_our_frames(te: traceback.TracebackException) -> None:
         te = te.__cause__ or te.__context__  # type: ignore[assignment]
 
 
-def user_error(message: str, err: BaseException) -> ConfigError:
-    """A ConfigError whose `details` are `err`'s traceback through the user's frames only."""
+def user_traceback(err: BaseException) -> str:
+    """`err`'s traceback through the user's frames only (none of this project's, importlib's or cattrs')."""
     te = traceback.TracebackException.from_exception(err)
     _drop_our_frames(te)
+    return "".join(te.format()).rstrip("\n")
+
+
+def user_error(message: str, err: BaseException) -> ConfigError:
+    """A ConfigError whose `details` are `err`'s traceback through the user's frames only."""
     error = ConfigError(message)
-    error.details = "".join(te.format()).rstrip("\n")  # type: ignore[attr-defined]  # (launcher.commands.main)
+    error.details = user_traceback(err)  # type: ignore[attr-defined]  # (launcher.commands.main)
     return error
 
 
@@ -99,6 +109,8 @@ def load(spec: str, code_dir: str = "", source: str = "job", project_root: str =
     except Exception as err:  # noqa: BLE001 - anything the user's module raises at import is theirs
         raise _import_failed(spec, module_name, source, err) from None
     function = getattr(module, function_name, None)
+    if inspect.isclass(function) or (function is not None and callable(function) and not is_function(function)):
+        raise not_a_function(source, "entrypoint", spec, function)
     if not callable(function):
         names = sorted(n for n, v in vars(module).items() if inspect.isfunction(v) and not n.startswith("_")
                        and v.__module__ == module.__name__)
@@ -113,6 +125,20 @@ def _import_failed(spec: str, module_name: str, source: str, err: Exception) -> 
                       f"failed: {type(err).__name__}: {err}", err)
 
 
+def is_function(value: Any) -> bool:
+    """What may be called once per rank: a function (a `def` or a lambda), a method, or a functools.partial
+    of one. A class would be constructed (its instance is no result), and another callable object hides
+    the signature the check reads."""
+    return inspect.isroutine(value) or (isinstance(value, functools.partial) and is_function(value.func))
+
+
+def not_a_function(source: str, key: str, spec: str, value: Any) -> ConfigError:
+    kind = "a class" if inspect.isclass(value) else f"an object of type {type(value).__name__}"
+    return ConfigError(f"{source}: key '{key}' has invalid value {spec!r}; it names {kind}, not a function (an "
+                       f"entrypoint is a function taking (ctx) or (ctx, config); a class would be constructed, "
+                       f"not called)")
+
+
 def config_class(function: Callable[..., Any]) -> type | None:
     """The dataclass the function's second parameter is annotated with, if any."""
     params = list(inspect.signature(function).parameters.values())
@@ -120,14 +146,14 @@ def config_class(function: Callable[..., Any]) -> type | None:
                                                  inspect.Parameter.POSITIONAL_OR_KEYWORD):
         return None
     try:
-        hints = typing.get_type_hints(function)
+        hints = typing.get_type_hints(getattr(function, "func", function))  # (a partial: its function's)
     except Exception:  # noqa: BLE001 - unresolvable annotations: no validation, the mapping is passed
         return None
     hint = hints.get(params[1].name)
     return hint if isinstance(hint, type) and dataclasses.is_dataclass(hint) else None
 
 
-def arity(function: Callable[..., Any], spec: str, source: str) -> int:
+def arity(function: Callable[..., Any], spec: str, source: str, key: str = "entrypoint") -> int:
     """2 when the function can be called as fn(ctx, config), else 1 when as fn(ctx), else a ConfigError."""
     signature = inspect.signature(function)
     for count in (2, 1):
@@ -138,15 +164,23 @@ def arity(function: Callable[..., Any], spec: str, source: str) -> int:
             pass
     params = [p for p in signature.parameters.values()
               if p.default is inspect.Parameter.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    raise ConfigError(f"{source}: key 'entrypoint' has invalid value {spec!r}; the function must take "
+    raise ConfigError(f"{source}: key '{key}' has invalid value {spec!r}; the function must take "
                       f"(ctx) or (ctx, config), it takes ({', '.join(p.name for p in params)})")
 
 
 def prepare(spec: str, config: dict[str, Any], code_dir: str, source: str, project_root: str = "",
             snapshot: str | None = None) -> tuple[Callable[..., Any], int, Any]:
     """The function, how many arguments it takes, and its config (validated when it is a dataclass)."""
-    function = load(spec, code_dir, source, project_root, snapshot)
-    count = arity(function, spec, source)
+    return checked(load(spec, code_dir, source, project_root, snapshot), spec, config, source)
+
+
+def checked(function: Callable[..., Any], spec: str, config: dict[str, Any], source: str,
+            key: str = "entrypoint") -> tuple[Callable[..., Any], int, Any]:
+    """`function` (found by name, or unpickled: trainer.runners.pickled) checked: a function, taking
+    (ctx) or (ctx, config), its config built (validated when it declares a dataclass)."""
+    if not is_function(function):
+        raise not_a_function(source, key, spec, function)
+    count = arity(function, spec, source, key)
     cls = config_class(function)
     if cls is None:
         return function, count, dict(config)

@@ -30,7 +30,7 @@ from trainer.rank import rundir, timing
 from trainer.rank.context import Context, previous_attempts
 from trainer.rank.stopping import StopHook, StopRequested, StopSignals
 from trainer.rank.trackers import TrackedRun, Trackers
-from trainer.runners import entrypoints
+from trainer.runners import entrypoints, failures, pickled
 from trainer.runners.envelope import envelope
 
 
@@ -44,10 +44,16 @@ class Call:
     with_config: bool = True
 
 
-def of_entrypoint(job: JobConfig) -> Call:
-    """The job's `entrypoint:` function and its `config:` (validated when it declares a dataclass)."""
-    function, count, config = entrypoints.prepare(job.entrypoint, job.config, job.code_dir, f"job '{job.name}'",
-                                                  job.project_root, os.environ.get(project.SNAPSHOT_VAR))
+def of_entrypoint(job: JobConfig, settings: RunSettings) -> Call:
+    """The job's `entrypoint:` function, or the function pickled into its run folder (`function:`), and its
+    `config:` (validated when it declares a dataclass)."""
+    snapshot, source = os.environ.get(project.SNAPSHOT_VAR), f"job '{job.name}'"
+    if job.function:
+        function, count, config = pickled.prepare(job.function, job.config, settings.run_dir, settings.sweep,
+                                                  job.code_dir, job.project_root, source, snapshot)
+        return Call(job.function, function, config, count == 2)
+    function, count, config = entrypoints.prepare(job.entrypoint, job.config, job.code_dir, source,
+                                                  job.project_root, snapshot)
     return Call(job.entrypoint, function, config, count == 2)
 
 
@@ -108,6 +114,7 @@ def call_on_rank(call: Call, job: JobConfig, settings: RunSettings, env: DistEnv
         # Nothing to resume from (the function checkpoints nothing, or was stopped before it did).
         ctx.report.event("restarted_from_scratch", attempt=ctx.restarts + 1)
     start = time.perf_counter()
+    failures.clear(settings.run_dir, env.rank)
     try:
         # Code written for submitit/torchrun forms the group itself: for this world, a no-op (one log line).
         with usergroup.kept_for_the_tool(lambda line: print(f"[trainer] {line}", flush=True)):  # every rank's log
@@ -115,7 +122,8 @@ def call_on_rank(call: Call, job: JobConfig, settings: RunSettings, env: DistEnv
     except StopRequested:
         ctx.close("stopped")
         raise
-    except BaseException:
+    except BaseException as err:
+        failures.write(settings.run_dir, env.rank, call.name, err)  # what `RunFailed` shows, as data
         ctx.close("failed")
         raise
     ctx.close()
@@ -144,7 +152,7 @@ def closed_on_error(trackers: Trackers | None) -> Iterator[None]:
 
 def tracker_info(job: JobConfig, settings: RunSettings, env: DistEnv, attempt: int) -> TrackedRun:
     """What the trackers record of this run: your `config:` (an entrypoint's) or the recipe's job keys."""
-    params = dict(job.config) if job.entrypoint else \
+    params = dict(job.config) if job.entrypoint or job.function else \
         {k: v for k, v in asdict(job).items() if k not in ("config", "args", "extra", "code_dir", "tracker")}
     note = CODE_ROOT / "SNAPSHOT.json"  # in the run's code snapshot (launcher/rundir/snapshot.py), when it has one
     try:

@@ -34,7 +34,7 @@ REQUEUED_AFTER = ("NODE_FAIL", "PREEMPTED")
 # Records of these states in `sacct --duplicates` are earlier lives of a requeued job.
 RESTART_STATES = ("REQUEUED", "PREEMPTED", "NODE_FAIL", "TIMEOUT", "REQUEUE_FED", "REQUEUE_HOLD")
 
-SACCT_COLUMNS = ("JobID", "State", "Start", "End", "ElapsedRaw", "ExitCode", "NodeList")
+SACCT_COLUMNS = ("JobID", "State", "Start", "End", "ElapsedRaw", "ExitCode", "NodeList", "Reason")
 # squeue -O field -> the header it prints.
 SQUEUE_FIELDS = {"JobArrayID": "JOBID", "State": "STATE", "RestartCnt": "RESTART_COUNT",
                  "StartTime": "START_TIME", "Reason": "REASON", "NodeList": "NODELIST"}
@@ -53,7 +53,7 @@ class SchedulerRecord:
     exit_code: str = ""
     nodes: str = ""
     restarts: int = 0
-    reason: str = ""  # why a pending job waits (squeue's Reason)
+    reason: str = ""  # why a pending job waits (squeue's Reason; sacct's: why it waited last)
 
 
 def query(argv: list[str], env: dict[str, str], timeout: float = 30) -> str | None:
@@ -124,7 +124,8 @@ def sacct_records(job_ids: list[str], env: dict[str, str],
             restarts = (previous.restarts + (previous.slurm_state in RESTART_STATES)) if previous else 0
             record = SchedulerRecord(one, STATES.get(slurm_state, "failed"), slurm_state, _time(row["Start"]),
                                      _time(row["End"]), float(row["ElapsedRaw"]) if row["ElapsedRaw"].isdigit()
-                                     else None, row["ExitCode"], row["NodeList"], restarts)
+                                     else None, row["ExitCode"], row["NodeList"], restarts,
+                                     reason="" if row.get("Reason") in (None, "None") else row["Reason"])
             if previous and previous.start is not None and record.start is not None:
                 record.start = previous.start  # wall time spans every life of the job
             records[one] = record

@@ -230,13 +230,19 @@ def check_request(profile: SlurmRequest, partitions: dict[str, Partition], sourc
                           f"task(s) = {mem_mb} MB per node exceeds the {most_mem} MB of {where}'s largest node "
                           f"({source})")
     # Each check above passes on some node; the request needs `nodes` nodes that pass all of them.
-    fitting = [n for n in part.nodes
-               if n.cpus >= cpus and n.memory_mb >= mem_mb and n.gpus_of(profile.gpu_type) >= profile.gpus_per_node]
+    fitting = fitting_nodes(profile, part)
     if len(fitting) < profile.nodes:
         raise ConfigError(f"profile.nodes: {profile.nodes} node(s) with {cpus} CPUs, {mem_mb} MB and "
                           f"{profile.gpus_per_node} GPU(s) each, but only {len(fitting)} node(s) of {where} "
                           f"have that much ({source})")
     return part
+
+
+def fitting_nodes(request: SlurmRequest, part: Partition) -> list[Node]:
+    """The nodes of `part` that can hold one node's share of `request` (CPUs, memory, GPUs)."""
+    cpus = request.tasks_per_node * request.cpus_per_task
+    return [n for n in part.nodes if n.cpus >= cpus and n.memory_mb >= request.mem_per_node_mb
+            and n.gpus_of(request.gpu_type) >= request.gpus_per_node]
 
 
 def check_setup_lines(request: SlurmRequest) -> None:

@@ -16,7 +16,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-from launcher.cluster.slurm import allocation
+from launcher.cluster.slurm import allocation, healing
 from launcher.cluster.slurm.srun import SRUN_ARGS
 from trainer.config.schema import ConfigError
 from trainer.distributed import threads
@@ -50,7 +50,7 @@ class SlurmRequest:
     setup: list[str] = field(default_factory=list)
     sbatch_extra: dict[str, str] = field(default_factory=dict)
     slurm_conf: str = ""  # SLURM_CONF for the job's own SLURM calls (scontrol requeue)
-    after: list[str] = field(default_factory=list)  # afterok dependencies
+    after: list[str] = field(default_factory=list)  # dependencies: "afterok:12", "afternotok:13" (a bare id: afterok)
     python: str = ""  # the interpreter on the nodes ("": the submitter's)
     container: str = ""  # image ("": none)
     container_runtime: str = "apptainer"  # apptainer, singularity or pyxis
@@ -60,6 +60,11 @@ class SlurmRequest:
     rank_threads: int = 0
     # A job step of the allocation the submitter runs in (`in_allocation`), named so ("": a job of its own).
     step_name: str = ""
+    # The batch script's retry step (launcher.cluster.slurm.healing; "": none, e.g. a probe's job).
+    run_dir: str = ""
+    max_failures: int = 0
+    node_error_patterns: list[str] = field(default_factory=list)
+    exclude: list[str] = field(default_factory=list)  # the run's left-out nodes (sbatch --exclude)
 
 
 def setup_lines(req: SlurmRequest) -> list[str]:
@@ -140,18 +145,36 @@ def step_args(req: SlurmRequest) -> list[str]:
     return args + ([f"--mem={req.mem_per_node_mb}M"] if req.mem_per_node_mb else [])
 
 
+def heal_policy(req: SlurmRequest) -> dict[str, Any]:
+    """What the batch script's retry step needs of the request (launcher.cluster.slurm.healing); {}: no
+    such step (a job without a run folder, e.g. a probe's; a container, whose image rarely has scontrol;
+    a job step of an allocation the submitter holds, which cannot requeue itself: `--resume` it)."""
+    if not req.run_dir or req.container or req.step_name:
+        return {}
+    return {"run": req.run_dir, "max_failures": req.max_failures, "patterns": list(req.node_error_patterns),
+            "partition": req.partition, "nodes": req.nodes, "tasks_per_node": req.tasks_per_node,
+            "cpus_per_task": req.cpus_per_task, "mem_per_node_mb": req.mem_per_node_mb,
+            "gpus_per_node": req.gpus_per_node, "gpu_type": req.gpu_type,
+            "pinned": req.sbatch_extra.get("nodelist", "")}
+
+
 def parameters(req: SlurmRequest) -> dict[str, Any]:
     """submitit's SlurmExecutor parameters (SLURM's names) for `req`."""
     check_one_line({"job.name": req.job_name, "profile.constraint": req.constraint,
                     **{f"profile.sbatch_extra.{k}": v for k, v in req.sbatch_extra.items()}})
+    before, after = healing.lines(heal_policy(req), python_command(req))
     params: dict[str, Any] = {
         "job_name": req.job_name, "time": req.time_min, "nodes": req.nodes,
         "ntasks_per_node": req.tasks_per_node, "cpus_per_task": req.cpus_per_task,
-        "signal_delay_s": req.signal_delay_s, "setup": setup_lines(req),
+        "signal_delay_s": req.signal_delay_s, "setup": setup_lines(req) + before,
         "srun_args": [*SRUN_ARGS, *gpu_srun_args(req), *container_srun_args(req), *step_args(req)],
         "array_parallelism": req.array_parallelism,
         "stderr_to_stdout": False, "additional_parameters": {"requeue": True, **req.sbatch_extra},
+        **({"teardown": after} if after else {}),
     }
+    if healing.exclude_value(req.sbatch_extra.get("exclude", ""), req.exclude):
+        params["additional_parameters"]["exclude"] = healing.exclude_value(req.sbatch_extra.get("exclude", ""),
+                                                                           req.exclude)
     params.update(gpu_parameters(req))
     if req.mem_per_node_mb:
         params["mem"] = f"{req.mem_per_node_mb}M"
@@ -159,5 +182,18 @@ def parameters(req: SlurmRequest) -> dict[str, Any]:
         if getattr(req, key):
             params[key] = getattr(req, key)
     if req.after:
-        params["dependency"] = "afterok:" + ":".join(req.after)
+        params["dependency"] = dependency(req.after)
+        # A condition that can never hold (afternotok on a run that succeeded): SLURM cancels the job
+        # instead of keeping it pending for ever (reason DependencyNeverSatisfied).
+        params["additional_parameters"]["kill_on_invalid_dep"] = "yes"
     return params
+
+
+def dependency(after: list[str]) -> str:
+    """SLURM's --dependency from items like "afterok:12" (a bare id: afterok), one group per type, all
+    required: afterok:12:13,afternotok:14."""
+    grouped: dict[str, list[str]] = {}
+    for item in after:
+        kind, _, job_id = item.rpartition(":")
+        grouped.setdefault(kind or "afterok", []).append(job_id)
+    return ",".join(f"{kind}:{':'.join(ids)}" for kind, ids in grouped.items())

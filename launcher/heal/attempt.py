@@ -1,0 +1,162 @@
+"""The retry step's two moments in the batch script (launcher.cluster.slurm.healing): before srun
+(`before`) and after srun ended with an error (`after`). See launcher/heal/__init__.py."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from launcher.cluster import fault_origin
+from launcher.cluster.fault_origin import Verdict
+from launcher.cluster.slurm import requeue
+from launcher.cluster.slurm.accounting import query
+from launcher.cluster.slurm.env import slurm_env
+from launcher.cluster.slurm.healing import MOVED_EXIT
+from launcher.cluster.slurm.limits import fitting_nodes
+from launcher.cluster.slurm.sbatch import SlurmRequest
+from launcher.heal import facts
+from launcher.heal.facts import OWN_PREFIX
+from launcher.rundir import exclusions, retries
+from trainer.config.lookup import CODE_ROOT
+from trainer.distributed import hostlist
+from trainer.rank import events
+
+MOST_MOVES = 3  # requeues of one job off a left-out node (a failed ExcNodeList update must not loop)
+
+
+class Here:
+    """This attempt: the job, its run and task folders, and the policy the batch script carries."""
+
+    def __init__(self, policy: dict[str, Any], environ: Mapping[str, str]) -> None:
+        self.policy, self.environ = policy, environ
+        self.root = Path(policy["run"])
+        self.job = facts.job_id(environ)
+        self.restart = facts.restart_count(environ)
+        self.task_dir, self.run_root = facts.task_of(self.root, self.job)
+        self.env = slurm_env()
+        name = self.task_dir.name  # a sweep's task-NNNN (its array index differs where the sweep was split)
+        self.task = int(name[5:]) if name.startswith("task-") and name[5:].isdigit() else 0
+
+    def say(self, line: str) -> None:
+        print(f"{OWN_PREFIX} {line}", flush=True)
+
+    def pinned(self) -> tuple[str, ...]:
+        given = self.policy.get("pinned") or ""
+        return tuple(hostlist.expand(given)) if given else ()
+
+    def leave_out(self, verdict: Verdict, why: str) -> list[dict[str, Any]]:
+        """Add the verdict's nodes to the run's exclusion list, bounded by the partition's usable nodes."""
+        part = requeue.partition(self.policy.get("partition", ""), self.env)
+        request = SlurmRequest(job_name="", nodes=int(self.policy["nodes"]), time_min=1,
+                               tasks_per_node=int(self.policy["tasks_per_node"]),
+                               cpus_per_task=int(self.policy["cpus_per_task"]),
+                               mem_per_node_mb=int(self.policy["mem_per_node_mb"]),
+                               gpus_per_node=int(self.policy["gpus_per_node"]), gpu_type=self.policy["gpu_type"])
+        fitting = None if part is None else [n.name for n in fitting_nodes(request, part)]
+        entries = [exclusions.add(self.root, node, why, task=self.task, job_id=self.job, pinned=self.pinned(),
+                                  fitting=fitting, needed=request.nodes, partition=part.name if part else "")
+                   for node in verdict.nodes]
+        for e in entries:
+            self.say(f"node {e['node']} left out of this run's later attempts" if e["excluded"]
+                     else f"node {e['node']} not left out: {e.get('why_not')}")
+        return entries
+
+
+def before(policy: dict[str, Any], environ: Mapping[str, str]) -> int:
+    """Before srun: note where this attempt's logs start; record a node SLURM lost in the previous
+    attempt; move off a node the run leaves out (MOVED_EXIT: the script ends)."""
+    here = Here(policy, environ)
+    previous = facts.note_start(here.root, here.job, here.restart)
+    if here.restart and previous:
+        _lost_nodes(here, previous)
+    banned = [n for n in exclusions.excluded(here.root) if n not in here.pinned()]
+    landed = hostlist.expand(environ.get("SLURM_JOB_NODELIST", "")) if environ.get("SLURM_JOB_NODELIST") else []
+    on = [n for n in landed if n in banned]
+    moves = sum(1 for e in events.read(here.task_dir) if e.get("event") == "moved" and e.get("job_id") == here.job)
+    if not on or moves >= MOST_MOVES:
+        return 0
+    previous_handler = signal.signal(signal.SIGTERM, signal.SIG_IGN)  # SLURM ends this attempt meanwhile
+    try:
+        problem = requeue.requeue_without(here.job, banned, here.env)
+    finally:
+        signal.signal(signal.SIGTERM, previous_handler)
+    if problem.startswith("scontrol requeue"):
+        here.say(f"this attempt landed on {', '.join(on)}, which the run leaves out, and stays: {problem}")
+        return 0
+    events.append(here.task_dir, "moved", job_id=here.job, nodes=on, note=problem)
+    here.say(f"this attempt landed on {', '.join(on)}, which the run leaves out: requeued without it")
+    return MOVED_EXIT
+
+
+def _lost_nodes(here: Here, previous: dict[str, Any]) -> None:
+    """The previous attempt ended in NODE_FAIL (SLURM requeued the job itself): the node it lost goes on
+    the exclusion list. Which node: the one SLURM still has down, else the one whose ranks vanished."""
+    out = query(["sacct", "-D", "-X", "-n", "-P", "-j", here.job, "-o", "State,NodeList"], here.env) or ""
+    ended = [line.split("|") for line in out.splitlines() if "|" in line and not line.startswith(("RUNNING", "PENDING"))]
+    if not ended or not ended[-1][0].startswith("NODE_FAIL"):  # (accounting off: nothing to read)
+        return
+    nodes = hostlist.expand(ended[-1][1]) if ended[-1][1] not in ("", "None assigned") else []
+    down = [n for n, rec in requeue.node_records(nodes, here.env).items() if requeue.lost(rec)]
+    if not down:  # back already (ReturnToService): the node whose ranks ended without a word
+        ends, first = facts.rank_ends(here.root, here.job, here.environ, previous,
+                                      {k: int(v) for k, v in (facts.read_marks(
+                                          facts.marks_path(here.root, here.job)).get("sizes") or {}).items()})
+        verdict = fault_origin.classify(ends, here.policy.get("patterns") or [], first_dead=first)
+        down = list(verdict.nodes) if verdict.origin == "node" else []
+    verdict = Verdict("node", None, f"SLURM lost node(s) {', '.join(down) or '?'} (NODE_FAIL)", tuple(down),
+                      evidence="NODE_FAIL")
+    left = here.leave_out(verdict, verdict.error)
+    events.append(here.task_dir, retries.FAILURE_EVENT, job_id=here.job, restart=here.restart - 1,
+                  **verdict.as_json(), retry=False, why="requeued by SLURM after NODE_FAIL",
+                  excluded=[e["node"] for e in left if e["excluded"]])
+
+
+def after(status: int, policy: dict[str, Any], environ: Mapping[str, str]) -> int:
+    """After srun ended with `status` (not 0): classify, leave a failed node out, retry or end."""
+    here = Here(policy, environ)
+    marks = facts.read_marks(facts.marks_path(here.root, here.job))
+    if marks.get("restart") != here.restart:
+        marks = {}  # `before` found no folder yet (a first attempt): the logs start at 0
+    log = events.read(here.task_dir)
+    mine = _this_attempt(log, here)
+    if any(e["event"] == "stopped" for e in mine):
+        return status  # a stop signal ended it: submitit requeued it, or said why not
+    state = requeue.show_job(here.job, here.env).get("JobState", "")
+    if state and state != "RUNNING":
+        return status  # the scheduler is ending the job itself (scancel, time limit, requeue)
+    ends, first = facts.rank_ends(here.root, here.job, environ, marks)
+    tool = tuple(str(root / package) for root in (CODE_ROOT, Path(here.run_root) / "code")
+                 for package in ("trainer", "launcher"))  # this tool's frames are not the user's
+    verdict = fault_origin.classify(ends, policy.get("patterns") or [], tool_code=tool, first_dead=first)
+    started = float(marks.get("time") or 0)
+    earlier = [e for e in log if events.starts_attempt(e) and e not in mine]
+    decision = retries.decide(verdict, log, here.job, int(policy.get("max_failures") or 0),
+                              first_attempt=not earlier, reached_first_step=facts.reached_first_step(
+                                  here.task_dir, started))
+    left = here.leave_out(verdict, f"rank {verdict.rank}: {verdict.error}") if verdict.origin == "node" else []
+    events.append(here.task_dir, retries.FAILURE_EVENT, job_id=here.job, restart=here.restart, **verdict.as_json(),
+                  retry=decision.retry, why=decision.why, excluded=[e["node"] for e in left if e["excluded"]])
+    here.say(f"the attempt failed ({verdict.origin}: {verdict.error}); {decision.why}")
+    if not decision.retry:
+        return status
+    previous_handler = signal.signal(signal.SIGTERM, signal.SIG_IGN)  # SLURM ends this attempt meanwhile
+    try:
+        problem = requeue.requeue_without(here.job, exclusions.excluded(here.root), here.env)
+    finally:
+        signal.signal(signal.SIGTERM, previous_handler)
+    if problem:
+        here.say(problem)
+    return status if problem.startswith("scontrol requeue") else 0
+
+
+def _this_attempt(log: list[dict[str, Any]], here: Here) -> list[dict[str, Any]]:
+    """The events of this attempt: from its "started" on (none if rank 0 never got that far)."""
+    for at in range(len(log) - 1, -1, -1):
+        e = log[at]
+        if events.starts_attempt(e):
+            ids = (here.job, here.environ.get("SLURM_JOB_ID", ""))  # (the trainer names a raw job id)
+            same = str(e.get("job_id")) in ids and e.get("slurm_restart_count") == here.restart
+            return log[at:] if same else []
+    return []

@@ -1,0 +1,117 @@
+"""Runs that heal themselves, on the SLURM dev cluster (the retry step of the batch script, launcher.heal).
+
+A node that stays up but makes every rank on it fail with a GPU's uncorrectable ECC error
+(tests/userpkg/faults.py) fails the first attempt at step 22; the run comes back by itself without that
+node, resumes from the checkpoint of step 20 and ends bitwise equal to a run that met no fault, and
+`status`, `watch` and `--json` name the node it left out. A bug that raises at the same place on every
+attempt is retried once and then stops, the exception shown. Small jobs: the tests' user function
+(tests/userpkg/tiny.py), 2 nodes x 1 task, 2 epochs of 16 steps, a checkpoint every 4 steps.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import ROOT, last_json, run_submit
+from tests.test_exact_resume import _popen_submit, same_weights
+from trainer.rank import events
+
+pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
+
+JOB = """name: tiny-healing
+entrypoint: "tests.userpkg.tiny:train"
+target_metric: accuracy
+checkpoint_every_steps: 4
+config:
+  epochs: 2
+"""
+FAULT_AT = 22  # a checkpoint at step 20 comes before it
+
+
+class Run:
+    """A `submit.py --wait --json` on the dev cluster, from the project root (tests.userpkg is found there)."""
+
+    def __init__(self, tmp: Path, *sets: str) -> None:
+        self.tmp = tmp
+        (tmp / "job.yaml").write_text(JOB)
+        args = ["--profile", "dev-cluster", "--job", str(tmp / "job.yaml"), "--set", f"profile.runs_dir={tmp}",
+                *[word for s in sets for word in ("--set", s)], "--wait", "--json"]
+        self.proc = _popen_submit(args, ROOT)
+        self.done: tuple[int, str, str] | None = None
+
+    def result(self) -> tuple[int, dict[str, Any], str]:
+        if self.done is None:
+            try:
+                out, err = self.proc.communicate(timeout=900)
+            finally:
+                self.proc.kill()
+            self.done = (self.proc.returncode, out, err)
+        code, out, err = self.done
+        assert out.strip(), err[-3000:]
+        return code, last_json(out), err
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
+    """Three runs at once: an unfaulted reference, one on a bad node, one with a bug."""
+    tmp = {name: tmp_path_factory.mktemp(name) for name in ("reference", "faulty", "buggy")}
+    return {"reference": Run(tmp["reference"]),
+            "faulty": Run(tmp["faulty"], f"job.config.bad_node_file={tmp['faulty'] / 'bad-node'}",
+                          f"job.config.node_fault_at_step={FAULT_AT}"),
+            "buggy": Run(tmp["buggy"], f"job.config.fail_at_step={FAULT_AT}")}
+
+
+def events_named(run_dir: Path, name: str) -> list[dict[str, Any]]:
+    return [e for e in events.read(run_dir) if e["event"] == name]
+
+
+def test_a_node_that_fails_every_rank_on_it_is_left_out_and_the_run_completes_bitwise_equal(
+        runs: dict[str, Run]) -> None:
+    code, result, err = runs["faulty"].result()
+    assert code == 0, err[-3000:]
+    run_dir = Path(result["run_dir"])
+    bad = (runs["faulty"].tmp / "bad-node").read_text()
+    assert result["state"] == "COMPLETED" and result["restarts"] == 1, result
+    assert result["restart_causes"] == {"node-failure": 1}, result
+    assert bad not in result["nodes"] and len(set(result["nodes"])) == 2, (bad, result["nodes"])
+    (failure,) = events_named(run_dir, "failure")
+    assert failure["origin"] == "node" and failure["nodes"] == [bad] and failure["retry"], failure
+    assert "uncorrectable ECC error" in failure["error"]
+    assert [e["step"] for e in events_named(run_dir, "resumed")] == [20]  # from the checkpoint, not from scratch
+    ref_code, reference, ref_err = runs["reference"].result()
+    assert ref_code == 0 and reference["restarts"] == 0, ref_err[-3000:]
+    assert same_weights(Path(reference["run_dir"]) / "weights.pt", run_dir / "weights.pt")
+
+    shown = run_submit(["status", str(run_dir)], cwd=ROOT, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert f"left out: node {bad} (task 0, job {result['job_id']}: rank 1: RuntimeError: CUDA error: " \
+           f"uncorrectable ECC error encountered)" in shown.stdout, shown.stdout
+    (row,) = [json.loads(line) for line in run_submit(["status", str(run_dir), "--json"], cwd=ROOT,
+                                                      timeout=60).stdout.splitlines()]
+    assert row["restart_causes"] == {"node-failure": 1} and [e["node"] for e in row["excluded_nodes"]] == [bad]
+    watched = run_submit(["watch", str(run_dir), "--once"], cwd=ROOT, timeout=60)
+    assert watched.returncode == 0 and f"left out: node {bad}" in watched.stdout, watched.stdout
+
+
+def test_a_bug_that_raises_on_every_attempt_stops_after_the_second_identical_failure(runs: dict[str, Run]) -> None:
+    code, result, err = runs["buggy"].result()
+    assert code == 1, err[-3000:]
+    assert err.startswith(f"error: the run failed on rank 0: RuntimeError: failing on purpose at step {FAULT_AT}")
+    assert "Traceback (most recent call last)" in err
+    assert "not retried: the same RuntimeError at " in err and "tests/userpkg/tiny.py:" in err, err[-2000:]
+    assert result["state"] == "FAILED" and result["restarts"] == 1, result
+    assert result["restart_causes"] == {"rank-failure": 1}, result
+    run_dir = Path(result["run_dir"])
+    failures = events_named(run_dir, "failure")
+    assert [(f["origin"], f["retry"]) for f in failures] == [("code", True), ("code", False)], failures
+    assert failures[0]["signature"] == failures[1]["signature"]
+    assert [e["step"] for e in events_named(run_dir, "resumed")] == [20]
+    assert not (run_dir / "excluded-nodes.json").exists()  # the code's failure leaves every node in
+    sacct = subprocess.run(["sacct", "-j", result["job_id"], "-X", "-n", "-P", "-o", "State"], capture_output=True,
+                           text=True, timeout=30).stdout.split()
+    assert sacct and sacct[-1] == "FAILED", sacct
