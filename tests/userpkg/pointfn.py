@@ -17,10 +17,10 @@ from trainer.api import Context
 
 @dataclass
 class PointConfig:
+    samples: int = 256  # the data and the model: the same on every rank and every point
+    width: int = 16
     lr: float = 0.1
     steps: int = 20
-    samples: int = 256
-    width: int = 16
     fail: bool = False  # the last rank raises at step 5: the point fails, alone
     step_sleep_s: float = 0.0  # slows each step, so that a test can act on the point meanwhile
 
