@@ -1,6 +1,6 @@
 """Your function from a real Jupyter kernel, on the SLURM dev cluster (issue 30): a cell's function on 2
 nodes; a cell's sweep of 3 points as one job array with its results in point order, its summary and
-picture; the shipped three-step pipeline (examples/pipeline.py, `%run` in the kernel) in order; and
+picture, and of 4 points as a pool of 2 workers; the shipped three-step pipeline (examples/pipeline.py, `%run` in the kernel) in order; and
 `after=` with `notok`: a step that runs only when its parent failed, cancelled by SLURM when it
 succeeded. Everything is submitted at once (one cell), then each test waits for its own; the kernel
 imports no torch for any of it."""
@@ -40,6 +40,8 @@ def cleanup(ctx, config):
 one = submit(where, profile="dev-cluster", config={{"scale": 21}})
 points = sweep(score, profile="dev-cluster", grid={{"lr": [0.3, 0.1, 0.2]}}, sets=["profile.nodes=1",
                "job.target_metric=score"])
+pooled = sweep(score, profile="dev-cluster", grid={{"lr": [0.3, 0.1, 0.2, 0.4]}}, sets=["profile.nodes=1",
+               "job.target_metric=score", "profile.sweep_runner=pool", "profile.pool_workers=2"])
 bad = submit(fails, profile="dev-cluster", sets=["profile.nodes=1"])
 good = submit(score, profile="dev-cluster", config={{"lr": 0.5}}, sets=["profile.nodes=1"])
 after_bad = submit(cleanup, profile="dev-cluster", config={{"parent": "bad"}}, after=[bad], when="notok",
@@ -59,7 +61,7 @@ def kernel(slurm_cluster: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
             assert shown.error is None, shown.text
         yield kernel
     finally:
-        kernel.run("for handle in (one, points, bad, good, after_bad, after_good): handle.cancel()")
+        kernel.run("for handle in (one, points, pooled, bad, good, after_bad, after_good): handle.cancel()")
         kernel.stop()
 
 
@@ -90,6 +92,19 @@ def test_a_cell_sweep_of_three_points_is_one_job_array_with_results_in_point_ord
     rows = kernel.value("[(row['task'], row['config.lr'], row['state']) for row in points.summary()]")
     assert rows == [("0", "0.3", "completed"), ("2", "0.2", "completed"), ("1", "0.1", "completed")]  # best first
     assert kernel.value("points.summary_png.stat().st_size > 1000 and points.states()") == ["completed"] * 3
+
+
+def test_a_cell_sweep_run_as_a_pool_has_the_arrays_results_from_two_workers(kernel: Kernel) -> None:
+    """A function defined in a cell (pickled by value) swept as a pool (`sweep_runner: pool`): two
+    workers take the four points in turn; results, summary and states read as an array's do."""
+    results = kernel.value("[r['score'] for r in pooled.results(timeout=900)]")
+    assert results == [3.0, 1.0, 2.0, 4.0]  # the grid's order, as the array's
+    run_dir = Path(kernel.value("str(pooled.run_dir)"))
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["runner"] == "pool" and len(record["job_ids"]) == 2, record  # two workers, not four tasks
+    rows = kernel.value("[(row['task'], row['state']) for row in pooled.summary()]")
+    assert rows == [("3", "completed"), ("0", "completed"), ("2", "completed"), ("1", "completed")]  # best first
+    assert kernel.value("pooled.states()") == ["completed"] * 4
 
 
 def test_the_shipped_three_step_pipeline_runs_in_order(kernel: Kernel) -> None:
