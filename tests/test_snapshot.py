@@ -138,4 +138,6 @@ def test_dev_cluster_job_edited_while_pending_and_requeued_runs_the_submitted_co
     result = last_json(out)
     assert result["restarts"] == 1 and result["code"] == str(run_dir / "code")
     assert len(started_events(run_dir)) == 2
-    assert versions(run_dir) == ["submitted", "submitted"]  # both attempts: the code as submitted
+    # Both attempts (two "started" events above) imported the code as submitted: rank 0 and, before srun,
+    # the batch script's retry step (python -m launcher.heal), which imports the snapshot too.
+    assert len(versions(run_dir)) >= 2 and set(versions(run_dir)) == {"submitted"}, versions(run_dir)

@@ -109,9 +109,19 @@ def dependencies(after: list[str], profile: Profile) -> list[str]:
             raise ConfigError(f"--after {item}: dependencies need a slurm profile, not '{profile.executor}'")
     items = []
     for item in after:
-        run, condition = split_after(item, Path(item).is_dir())
+        run, condition = split_after(item, _names_folder(item))
         items += dependency(_job_ids_of(run, profile.login), condition)
     return items
+
+
+
+def _names_folder(item: str) -> bool:
+    """Whether `--after ITEM` as a whole names a folder; a name no path can have (over 255 bytes) names
+    none, and the run's own checks then say what is wrong with it."""
+    try:
+        return Path(item).is_dir()
+    except OSError:
+        return False
 
 
 def new_run(args: argparse.Namespace) -> Checked:
