@@ -10,6 +10,10 @@ was resubmitted by `--resume`). The state of a task comes from, in order:
 3. the run folder: submitit's result pickles (success or the rank's traceback), the records a
    waiting submitter wrote, and the trainer's `events.jsonl` (restarts).
 
+Where the controller does not answer (slurmctld restarting), squeue's silence is not "the job is gone":
+the states come from sacct and the folder, each SLURM task carries the controller's complaint
+(`controller`), and a task neither of them settles is `unknown`, still counted as active.
+
 Local runs (submitit's LocalExecutor) have the controller's pid as job id; they are read from the
 run folder and `/proc`. Nothing here imports torch.
 """
@@ -26,6 +30,7 @@ from typing import Any
 
 from launcher.cluster import local
 from launcher.cluster.slurm.accounting import REQUEUED_AFTER, SchedulerRecord, sacct_records, squeue_records
+from launcher.cluster.slurm.controller import Unreachable
 from launcher.cluster.slurm.env import slurm_env
 from launcher.rundir import record_types as shapes, restarts
 from launcher.rundir.layout import FAILURE_FILE, RESULT_FILE, TORCHRUN_DIR, job_files, job_log_dir, log_name
@@ -33,7 +38,9 @@ from launcher.rundir.outcomes import failure_of, read_outcomes
 from launcher.rundir.record import RecordedRun, read_optional
 from trainer.rank.rundir import ERRORS_DIR, error_file
 
-ACTIVE = ("pending", "running", "requeued")
+# "unknown": the controller did not answer and nothing else says the task ended; it may still run, so
+# `watch`, `--wait` and `cancel` treat it as going on and `--resume` does not send it again.
+ACTIVE = ("pending", "running", "requeued", "unknown")
 FINAL = ("completed", "failed", "cancelled", "timeout")
 
 
@@ -63,6 +70,8 @@ class TaskState:
     recorded: bool = False
     # What your function raised on the failing rank (trainer.runners.failures: type, message, traceback).
     failure: dict[str, Any] | None = None
+    # The controller's complaint when it was asked about this task and did not answer ("" when it did).
+    controller: str = ""
 
     @property
     def attempt(self) -> int:
@@ -76,12 +85,15 @@ class TaskState:
         return self.state in ("pending", "requeued") and bool(self.reason or self.expected_start)
 
     def as_json(self) -> dict[str, Any]:
-        return {"task": self.task, "state": self.state, "restarts": self.restarts, "job_id": self.job_id,
-                "source": self.source, "wall_time_s": _round(self.wall_time_s), "error": self.error or None,
-                "failed_rank": self.failed_rank, "overrides": self.overrides, "task_dir": str(self.task_dir),
-                "attempts": self.attempt, "start": self.start if self.state != "pending" else None,
-                "end": self.end, "reason": self.reason or None,
-                "expected_start": self.expected_start, "result": self.result, "failure": self.failure}
+        shown = {"task": self.task, "state": self.state, "restarts": self.restarts, "job_id": self.job_id,
+                 "source": self.source, "wall_time_s": _round(self.wall_time_s), "error": self.error or None,
+                 "failed_rank": self.failed_rank, "overrides": self.overrides, "task_dir": str(self.task_dir),
+                 "attempts": self.attempt, "start": self.start if self.state != "pending" else None,
+                 "end": self.end, "reason": self.reason or None,
+                 "expected_start": self.expected_start, "result": self.result, "failure": self.failure}
+        if self.controller:  # only where slurmctld did not answer: what it said
+            shown["controller_unreachable"] = self.controller
+        return shown
 
 
 def _round(value: float | None) -> float | None:
@@ -162,17 +174,23 @@ def task_states(info: RecordedRun, use_scheduler: bool = True) -> list[TaskState
     current = [ids[-1] if ids else "" for ids in task_jobs]
     sacct: dict[str, SchedulerRecord] | None = None
     squeue: dict[str, SchedulerRecord] | None = None
+    silent = ""  # the controller's complaint, where it was asked and did not answer
     if info.executor == "slurm" and use_scheduler:
         env = slurm_env(info.slurm_conf)
         sacct = sacct_records([j for j in current if j], env, info.record.get("created"))
-        if sacct is None or any(j and (j not in sacct or sacct[j].state == "pending"
+        if sacct is None or any(j and (j not in sacct or sacct[j].state in ACTIVE
                                        or sacct[j].slurm_state in REQUEUED_AFTER) for j in current):
-            # also for the pending ones (sacct does not say why they wait), and for a node failure that
-            # SLURM may already have requeued (accounting hears of the requeue a moment later)
-            squeue = squeue_records(env)
+            # also for the pending ones (sacct does not say why they wait), for a node failure that SLURM
+            # may already have requeued (accounting hears of the requeue a moment later), and for running
+            # ones: accounting hears of a job's end from the controller, so while that is down the
+            # accounting record of a running job may be stale, and the user is told
+            try:
+                squeue = squeue_records(env)
+            except Unreachable as err:
+                silent = str(err)
     overrides = info.overrides
     return [_one_task(info, task, job_id, task_jobs[task], sacct, squeue,
-                      overrides[task] if task < len(overrides) else {})
+                      overrides[task] if task < len(overrides) else {}, silent)
             for task, job_id in enumerate(current)]
 
 
@@ -197,7 +215,7 @@ def _from_scheduler(ts: TaskState, record: SchedulerRecord, waiting: SchedulerRe
 
 
 def _from_folder(ts: TaskState, info: RecordedRun, job_id: str, outcomes: dict[int, tuple[str, Any]],
-                 failure: tuple[int, str] | None) -> tuple[int, str] | None:
+                 failure: tuple[int, str] | None, silent: str = "") -> tuple[int, str] | None:
     """The state of a task the scheduler does not know (any more); returns the failure that stands."""
     ts.source = "run folder"
     success = outcomes.get(0, ("", None))[0] == "success" and failure is None
@@ -215,6 +233,9 @@ def _from_folder(ts: TaskState, info: RecordedRun, job_id: str, outcomes: dict[i
         ts.failed_rank = _int_or_none(rank)
     elif info.executor in ("local", "debug"):
         ts.state, ts.error = "failed", "the process ended without a result (killed?)"
+    elif silent:
+        # The controller may hold the job: not lost, not known.
+        ts.state, ts.error = "unknown", f"slurmctld did not answer ({silent})"
     else:
         # Neither the scheduler nor the folder knows it: cancelled before it started, or purged.
         ts.state, ts.error = "failed", "no result and not in the queue (cancelled or lost)"
@@ -223,9 +244,9 @@ def _from_folder(ts: TaskState, info: RecordedRun, job_id: str, outcomes: dict[i
 
 def _one_task(info: RecordedRun, task: int, job_id: str, history: list[str],
               sacct: dict[str, SchedulerRecord] | None, squeue: dict[str, SchedulerRecord] | None,
-              overrides: dict[str, Any]) -> TaskState:
+              overrides: dict[str, Any], silent: str = "") -> TaskState:
     ts = TaskState(task, job_id, "unknown", overrides=overrides, task_dir=info.task_dir(task),
-                   job_history=list(history))
+                   job_history=list(history), controller=silent)
     if not job_id:
         ts.state, ts.source, ts.error = "failed", "run folder", "never submitted"
         return ts
@@ -245,7 +266,7 @@ def _one_task(info: RecordedRun, task: int, job_id: str, history: list[str],
     elif info.executor == "local" and local.controller_alive(job_id, info.run_dir):
         ts.state, ts.source = "running", "process"
     else:
-        failure = _from_folder(ts, info, job_id, outcomes, failure)
+        failure = _from_folder(ts, info, job_id, outcomes, failure, silent)
     if finished is not None and ts.state in FINAL:
         ts.wall_time_s = finished.get("wall_time_s") if ts.wall_time_s is None else ts.wall_time_s
     if ts.wall_time_s is None and ts.state in FINAL:
