@@ -1,0 +1,108 @@
+"""The controller goes away mid-run, on the SLURM dev cluster: a 2-node `digits` run has taken its first
+steps when `slurmctld` is stopped (SIGTERM: it saves its state and exits, as for a maintenance restart).
+For 60 s nothing answers squeue, scontrol or scancel; sacct's slurmdbd stays up. Meanwhile `status` exits
+0 and says the controller is unreachable (the task is `running` from accounting, never lost or failed),
+`watch --once` says so too, and the submitter's `--wait` keeps waiting and says so once. Then slurmctld is
+started again exactly as the dev cluster starts it; it recovers the job from its saved state, the run
+completes, and `--wait` returns 0 with the run COMPLETED.
+
+This test stops the shared cluster's controller: it carries the `controller_outage` marker, and
+tests/run_all.sh runs it alone, after every other test. Whatever happens, the `finally` starts slurmctld
+again and waits until every node is usable, then checks it with `python -m launcher.devcluster status`.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from launcher.devcluster import daemons, load_spec, running_pid
+from tests.helpers import ROOT, last_json, run_submit, wait_until
+from tests.test_exact_resume import _popen_submit
+
+OUTAGE_S = 60
+# Long enough to train through the outage on a quiet machine (an epoch of 22 steps on two nodes takes
+# about a second or more): the run must still be going when the controller comes back.
+JOB = ("extends: digits\nname: digits-controller-restart\nepochs: 150\neval_every_epochs: 150\n"
+       "log_every_steps: 100000\ncheckpoint_every_steps: 40\n")
+
+
+def checkpoints(run_dir: Path) -> list[Path]:
+    return sorted((run_dir / "checkpoints").glob("ckpt-*.pt"))
+
+
+def results_left(run_dir: Path) -> list[Path]:
+    """The ranks' result pickles: written when the run's job ends."""
+    return sorted((run_dir / "logs").glob("*/*_result.pkl"))
+
+
+def controller_back() -> None:
+    """slurmctld running and answering, every node of the dev cluster usable."""
+    spec = load_spec()
+    assert spec is not None, "the dev cluster's spec is gone"
+    if not running_pid("slurmctld"):
+        daemons.start_slurmctld()
+    daemons.wait_nodes_ready(spec, timeout=240)
+
+
+@pytest.mark.slurm
+@pytest.mark.controller_outage
+def test_a_run_survives_a_minute_without_slurmctld_and_wait_returns_0(slurm_cluster: Path, tmp_path: Path) -> None:
+    (tmp_path / "job.yaml").write_text(JOB)
+    proc = _popen_submit(["--job", "job.yaml", "--profile", "dev-cluster", "--wait", "--json"], tmp_path)
+    run_dir: Path | None = None
+    stopped_at = 0.0
+    try:
+        run_dir = wait_until(lambda: next((tmp_path / "runs").glob("*/run.json"), None), 120, "the run folder").parent
+        wait_until(lambda: checkpoints(run_dir), 300, "the run's first checkpoint (its first steps)", poll=0.2)
+
+        daemons.stop_daemon("slurmctld")
+        stopped_at = time.monotonic()
+        assert running_pid("slurmctld") is None
+
+        shown = run_submit(["status", str(run_dir), "--no-collect"], tmp_path, timeout=180)
+        assert shown.returncode == 0, shown.stdout + shown.stderr
+        assert "slurmctld is unreachable (" in shown.stderr and "Unable to contact slurm controller" in shown.stderr
+        head = shown.stdout.splitlines()[0]
+        assert "running" in head and "lost" not in shown.stdout and "failed" not in shown.stdout, shown.stdout
+        row = json.loads(run_submit(["status", str(run_dir), "--json", "--no-collect"], tmp_path, timeout=180).stdout)
+        assert row["state"] == "running" and row["controller_unreachable"], row
+        frame = run_submit(["watch", str(run_dir), "--once"], tmp_path, timeout=180)
+        assert frame.returncode == 0 and "slurmctld is unreachable" in " ".join(frame.stdout.split()), frame.stdout
+
+        # The outage's length is what is under test: a minute since the stop, whatever the above took.
+        wait_until(lambda: time.monotonic() - stopped_at >= OUTAGE_S, OUTAGE_S + 5, "a minute without slurmctld")
+        assert proc.poll() is None, "--wait gave up while the controller was away"
+        assert not results_left(run_dir), "the run ended before the controller came back: make JOB longer"
+        daemons.start_slurmctld()
+        back_after = time.monotonic() - stopped_at
+
+        out, err = proc.communicate(timeout=900)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        controller_back()
+        if proc.returncode not in (0, None) and run_dir is not None:
+            run_submit(["cancel", str(run_dir)], cwd=tmp_path, timeout=120)
+        up = subprocess.run([sys.executable, "-m", "launcher.devcluster", "status"], cwd=ROOT, capture_output=True,
+                            text=True, timeout=60)
+        assert up.returncode == 0, up.stdout + up.stderr
+    print(f"slurmctld away {back_after:.0f} s; --wait said: {[l for l in err.splitlines() if 'slurmctld' in l]}")
+
+    assert proc.returncode == 0, out + err[-3000:]
+    result = last_json(out)
+    assert result["state"] == "COMPLETED" and result["epochs"] == 150, result
+    # --wait said that the controller was away, once, and that it came back.
+    said = [line for line in err.splitlines() if line.startswith("slurmctld ")]
+    assert len(said) == 2 and said[0].startswith("slurmctld is unreachable (") and "--wait keeps waiting" in said[0] \
+        and said[1].startswith("slurmctld answers again"), err[-3000:]
+    # The controller, back, tells accounting that the job ended (a moment after its ranks wrote their results).
+    final = wait_until(lambda: (r := json.loads(run_submit(["status", str(run_dir), "--json", "--no-collect"],
+                                                           tmp_path, timeout=180).stdout))["state"] != "running" and r,
+                       180, "the job's end in accounting", poll=2)
+    assert final["state"] == "completed" and "controller_unreachable" not in final, final
