@@ -147,12 +147,10 @@ def squeue_records(env: dict[str, str]) -> dict[str, SchedulerRecord] | None:
     return records
 
 
-def controller_state(job_id: str, env: dict[str, str], doing: str = "") -> str:
+def controller_state(job_id: str, env: dict[str, str]) -> str:
     """SLURM's state of `job_id` in the controller now (e.g. PENDING again after a requeue); "" where it
-    no longer holds the job or cannot be asked. `doing` (what waits for the answer): ask again while the
-    controller does not answer, telling the user once; else one try, raising Unreachable."""
-    argv = ["squeue", "-h", "-j", job_id, "-t", "all", "-o", "%T"]
-    answer = ask_until_answered(argv, env, doing) if doing else ask(argv, env)
+    no longer holds the job or cannot be asked; raises Unreachable where the controller does not answer."""
+    answer = ask(["squeue", "-h", "-j", job_id, "-t", "all", "-o", "%T"], env)
     if answer.unreachable:
         raise Unreachable(answer.unreachable)
     out = answer.out
