@@ -26,7 +26,7 @@ from dataclasses import dataclass
 # SLURMCTLD_COMMUNICATIONS_*, a timed-out socket, and a backup controller not yet in charge).
 UNREACHABLE = ("Unable to contact slurm controller", "Socket timed out on send/recv operation",
                "backup controller in standby mode")
-# How long a command that must reach the controller (a cancel, the state that decides whether a run ended)
+# How long a command that must reach the controller (`cancel`: a cancel must not be lost)
 # keeps asking: a restart takes seconds, a failover to the backup SlurmctldTimeout (120 s by default), a
 # maintenance restart a few minutes. Past this the command fails with the controller's own words.
 PATIENCE_S = 900.0
