@@ -16,6 +16,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "slurm: needs the SLURM dev cluster (python -m launcher.devcluster up)"
     )
+    config.addinivalue_line(
+        "markers", "controller_outage: stops the dev cluster's slurmctld; tests/run_all.sh runs these alone, last"
+    )
 
 
 # The files that take longest (CI's --durations, seconds on a quiet 2-core machine: fixtures and calls

@@ -72,6 +72,9 @@ def status(args: argparse.Namespace) -> int:
     run_dir = find(args)
     info = load_run(run_dir)
     states = task_states(info)
+    silent = controller_note(states)
+    if silent:
+        print(silent, file=sys.stderr, flush=True)
     costs = run_costs(info, states)  # SLURM: what each finished task used, from sacct
     summary = None
     if not args.no_collect:
@@ -100,6 +103,13 @@ def head_line(info: RecordedRun, states: list[TaskState], shown: dict[str, str] 
     return (f"run {relative(info.run_dir)}: {info.job.get('name', '?')} on {info.profile.get('name', '?')} "
             f"({info.executor}), {len(states)} task(s): {results.overall_state(states)} — "
             + ", ".join(f"{n} {s}" for s, n in counts.items()))
+
+
+def controller_note(states: list[TaskState], then: str = "ask again later") -> str:
+    """What `status` and `watch` say when slurmctld did not answer ("" when it did)."""
+    silent = next((ts.controller for ts in states if ts.controller), "")
+    return (f"slurmctld is unreachable ({silent}): states are from accounting (sacct) and the run folder and may "
+            f"lag; {then}") if silent else ""
 
 
 def waiting_text(ts: TaskState, clock: str = "%Y-%m-%d %H:%M:%S") -> str:

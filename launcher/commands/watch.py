@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.commands.console import EXIT_FAILED, EXIT_OK, ArgumentParser, overrides_text, relative
-from launcher.commands.operate import add_run_arguments, find, head_line, waiting_text
+from launcher.commands.operate import add_run_arguments, controller_note, find, head_line, waiting_text
 from launcher.rundir import exclusions
 from launcher.rundir.progress import TaskView
 from launcher.rundir.record import load_run
@@ -113,7 +113,9 @@ class Watcher:
                           *([overrides_text(ts.overrides)] if self.info.is_sweep else []),
                           ts.error if ts.state not in ACTIVE + ("completed",) and ts.error
                           else _metrics_text(view.last, metric))
-        return Group(head, table, *(Text(line, style="yellow") for line in exclusions.lines(self.run_dir)))
+        silent = controller_note(self.states, "asking again every refresh")
+        notes = [*exclusions.lines(self.run_dir), *([silent] if silent else [])]
+        return Group(head, table, *(Text(line, style="yellow") for line in notes))
 
 
 def _state_text(ts: TaskState, shown: str) -> str:

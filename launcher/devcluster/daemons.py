@@ -190,9 +190,15 @@ def slurmd_daemon(node: Node) -> Daemon:
                                           "-f", str(slurm_conf_path())])
 
 
-def start_slurm(spec: Spec) -> None:
+def start_slurmctld() -> None:
+    """slurmctld, once it answers `scontrol ping` (also after a stop: it recovers its jobs from its
+    StateSaveLocation, as after a maintenance restart)."""
     _start_and_wait(slurmctld_daemon(), "slurmctld",
                     lambda: probe(["scontrol", "ping"]) is not None, 60)
+
+
+def start_slurm(spec: Spec) -> None:
+    start_slurmctld()
     for node in spec.all_nodes():
         start_daemon(slurmd_daemon(node))
 

@@ -1,6 +1,8 @@
 """Waiting for what `send` queued: a single run's job until every rank left its result, turned into
 one result or its failures, the root cause first (`wait`); a sweep's tasks as they end
-(`sweep_endings`). It returns data; the verbs report it (launcher.commands.submit).
+(`sweep_endings`). It returns data; the verbs report it (launcher.commands.submit). While slurmctld
+does not answer, a SLURM wait goes on (the ranks' results are read from the run folder; sacct's
+slurmdbd stays up) and says so once on stderr (launcher.cluster.slurm.controller).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 from launcher.cluster.failures import Failure, root_cause_first
 from launcher.cluster.local import LocalFailFast
 from launcher.cluster.slurm import accounting, srun
+from launcher.cluster.slurm.controller import Outage, Unreachable
 from launcher.rundir import record, results
 from launcher.cluster.rank_notes import rank_failures, rank_notes
 from launcher.rundir.outcomes import error_text, succeeded
@@ -65,8 +68,9 @@ def _is_scheduled(job: Any) -> bool:
     return not isinstance(job, DebugJob)
 
 
-def _ended(job: Any, force: bool) -> str:
-    """The job's final state once it has ended ("" while it runs, is pending or requeued)."""
+def _ended(job: Any, force: bool, outage: Outage) -> str:
+    """The job's final state once it has ended ("" while it runs, is pending or requeued, or while the
+    controller that would say whether SLURM requeued it does not answer)."""
     from submitit.local.local import LocalJob  # submitit only once a job is being waited for
 
     if isinstance(job, LocalJob):
@@ -75,13 +79,33 @@ def _ended(job: Any, force: bool) -> str:
         from launcher.request.in_allocation import launcher_state
 
         return launcher_state(job)
-    if not force or not job.watcher.is_done(job.job_id, mode="force"):
+    if not force:
+        return ""
+    if not _controller_answers(str(job.job_id), outage):
+        return ""  # sacct, below, answers meanwhile, but only the controller knows of a requeue
+    if not job.watcher.is_done(job.job_id, mode="force"):
         return ""
     state = str(job.watcher.get_state(job.job_id, mode="cache"))
     if state in accounting.REQUEUED_AFTER:  # that life ended, but SLURM requeues the job (ours are --requeue)
-        now = accounting.controller_state(str(job.job_id), dict(os.environ))
+        try:
+            now = accounting.controller_state(str(job.job_id), dict(os.environ))
+        except Unreachable as err:
+            outage.heard(str(err))
+            return ""
         return "" if accounting.STATES.get(now) in ACTIVE else (now or state)
     return state
+
+
+def _controller_answers(job_id: str, outage: Outage) -> bool:
+    """Whether slurmctld answers about the job (asked each round the scheduler is: the one sign of an
+    outage, since sacct's slurmdbd answers meanwhile); the user is told when that changes."""
+    try:
+        accounting.controller_state(job_id, dict(os.environ))
+    except Unreachable as err:
+        outage.heard(str(err))
+        return False
+    outage.heard("")
+    return True
 
 
 def backoff(first: float, most: float) -> Iterator[float]:
@@ -118,13 +142,14 @@ def wait(job: Any, poll_s: float = 1.0, force_every_s: float = 5.0, grace_s: flo
     if _is_scheduled(job):
         last_force = 0.0
         delays = backoff(0.05, poll_s)
+        outage = Outage("--wait keeps waiting for the run (its results are read from the run folder)")
         while not _settled(tasks, retries):
             if failfast is not None:
                 failfast.check()
             now = time.time()
             force = now - last_force >= force_every_s
             last_force = now if force else last_force
-            state = _ended(job, force)
+            state = _ended(job, force, outage)
             if state:
                 deadline = time.time() + grace_s  # results written just before the end may lag on NFS
                 while time.time() < deadline and not all(Path(t.paths.result_pickle).exists() for t in tasks):

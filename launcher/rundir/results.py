@@ -106,6 +106,8 @@ def overall_state(states: list[TaskState]) -> str:
     if any(s.state == "running" for s in states):
         return "running"
     if any(s.state in ACTIVE for s in states):
+        if all(s.state == "unknown" for s in states):
+            return "unknown"  # slurmctld did not answer: nothing says whether it runs or waits
         return "pending" if all(s.state in ACTIVE for s in states) else "running"
     if all(s.state == "completed" for s in states):
         return "completed"

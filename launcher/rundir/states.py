@@ -10,6 +10,10 @@ was resubmitted by `--resume`). The state of a task comes from, in order:
 3. the run folder: submitit's result pickles (success or the rank's traceback), the records a
    waiting submitter wrote, and the trainer's `events.jsonl` (restarts).
 
+Where the controller does not answer (slurmctld restarting), squeue's silence is not "the job is gone":
+the states come from sacct and the folder, each SLURM task carries the controller's complaint
+(`controller`), and a task neither of them settles is `unknown`, still counted as active.
+
 Local runs (submitit's LocalExecutor) have the controller's pid as job id; they are read from the
 run folder and `/proc`. Nothing here imports torch.
 """
@@ -26,6 +30,7 @@ from typing import Any
 
 from launcher.cluster import local
 from launcher.cluster.slurm.accounting import REQUEUED_AFTER, SchedulerRecord, sacct_records, squeue_records
+from launcher.cluster.slurm.controller import Unreachable
 from launcher.cluster.slurm.env import slurm_env
 from launcher.rundir import pool_states, record_types as shapes, restarts
 from launcher.rundir.layout import FAILURE_FILE, RESULT_FILE, TORCHRUN_DIR, job_files, job_log_dir, log_name
@@ -110,17 +115,23 @@ def task_states(info: RecordedRun, use_scheduler: bool = True) -> list[TaskState
     current = [ids[-1] if ids else "" for ids in task_jobs]
     sacct: dict[str, SchedulerRecord] | None = None
     squeue: dict[str, SchedulerRecord] | None = None
+    silent = ""  # the controller's complaint, where it was asked and did not answer
     if info.executor == "slurm" and use_scheduler and not info.step:  # (a step's allocation runs on after it)
         env = slurm_env(info.slurm_conf)
         sacct = sacct_records([j for j in current if j], env, info.record.get("created"))
-        if sacct is None or any(j and (j not in sacct or sacct[j].state == "pending"
+        if sacct is None or any(j and (j not in sacct or sacct[j].state in ACTIVE
                                        or sacct[j].slurm_state in REQUEUED_AFTER) for j in current):
-            # also for the pending ones (sacct does not say why they wait), and for a node failure that
-            # SLURM may already have requeued (accounting hears of the requeue a moment later)
-            squeue = squeue_records(env)
+            # also for the pending ones (sacct does not say why they wait), for a node failure that SLURM
+            # may already have requeued (accounting hears of the requeue a moment later), and for running
+            # ones: accounting hears of a job's end from the controller, so while that is down the
+            # accounting record of a running job may be stale, and the user is told
+            try:
+                squeue = squeue_records(env)
+            except Unreachable as err:
+                silent = str(err)
     overrides = info.overrides
     return [_one_task(info, task, job_id, task_jobs[task], sacct, squeue,
-                      overrides[task] if task < len(overrides) else {})
+                      overrides[task] if task < len(overrides) else {}, silent)
             for task, job_id in enumerate(current)]
 
 
@@ -145,7 +156,7 @@ def _from_scheduler(ts: TaskState, record: SchedulerRecord, waiting: SchedulerRe
 
 
 def _from_folder(ts: TaskState, info: RecordedRun, job_id: str, outcomes: dict[int, tuple[str, Any]],
-                 failure: tuple[int, str] | None) -> tuple[int, str] | None:
+                 failure: tuple[int, str] | None, silent: str = "") -> tuple[int, str] | None:
     """The state of a task the scheduler does not know (any more); returns the failure that stands."""
     ts.source = "run folder"
     success = outcomes.get(0, ("", None))[0] == "success" and failure is None
@@ -163,6 +174,9 @@ def _from_folder(ts: TaskState, info: RecordedRun, job_id: str, outcomes: dict[i
         ts.failed_rank = _int_or_none(rank)
     elif info.executor in ("local", "debug"):
         ts.state, ts.error = "failed", "the process ended without a result (killed?)"
+    elif silent:
+        # The controller may hold the job: not lost, not known.
+        ts.state, ts.error = "unknown", f"slurmctld did not answer ({silent})"
     else:
         # Neither the scheduler nor the folder knows it: cancelled before it started, or purged.
         ts.state, ts.error = "failed", "no result and not in the queue (cancelled or lost)"
@@ -180,9 +194,9 @@ def _step_alive(info: RecordedRun) -> bool:
 
 def _one_task(info: RecordedRun, task: int, job_id: str, history: list[str],
               sacct: dict[str, SchedulerRecord] | None, squeue: dict[str, SchedulerRecord] | None,
-              overrides: dict[str, Any]) -> TaskState:
+              overrides: dict[str, Any], silent: str = "") -> TaskState:
     ts = TaskState(task, job_id, "unknown", overrides=overrides, task_dir=info.task_dir(task),
-                   job_history=list(history))
+                   job_history=list(history), controller=silent)
     if not job_id:
         ts.state, ts.source, ts.error = "failed", "run folder", "never submitted"
         return ts
@@ -203,7 +217,7 @@ def _one_task(info: RecordedRun, task: int, job_id: str, history: list[str],
             info.step and sacct is None and _step_alive(info):
         ts.state, ts.source = "running", "process"
     else:
-        failure = _from_folder(ts, info, job_id, outcomes, failure)
+        failure = _from_folder(ts, info, job_id, outcomes, failure, silent)
     if finished is not None and ts.state in FINAL:
         ts.wall_time_s = finished.get("wall_time_s") if ts.wall_time_s is None else ts.wall_time_s
     if ts.wall_time_s is None and ts.state in FINAL:

@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ACTIVE = ("pending", "running", "requeued")
+# "unknown": the controller did not answer and nothing else says the task ended; it may still run, so
+# `watch`, `--wait` and `cancel` treat it as going on and `--resume` does not send it again.
+ACTIVE = ("pending", "running", "requeued", "unknown")
 FINAL = ("completed", "failed", "cancelled", "timeout")
 
 
@@ -38,6 +40,8 @@ class TaskState:
     recorded: bool = False
     # What your function raised on the failing rank (trainer.runners.failures: type, message, traceback).
     failure: dict[str, Any] | None = None
+    # The controller's complaint when it was asked about this task and did not answer ("" when it did).
+    controller: str = ""
 
     @property
     def attempt(self) -> int:
@@ -51,12 +55,15 @@ class TaskState:
         return self.state in ("pending", "requeued") and bool(self.reason or self.expected_start)
 
     def as_json(self) -> dict[str, Any]:
-        return {"task": self.task, "state": self.state, "restarts": self.restarts, "job_id": self.job_id,
-                "source": self.source, "wall_time_s": _round(self.wall_time_s), "error": self.error or None,
-                "failed_rank": self.failed_rank, "overrides": self.overrides, "task_dir": str(self.task_dir),
-                "attempts": self.attempt, "start": self.start if self.state != "pending" else None,
-                "end": self.end, "reason": self.reason or None,
-                "expected_start": self.expected_start, "result": self.result, "failure": self.failure}
+        shown = {"task": self.task, "state": self.state, "restarts": self.restarts, "job_id": self.job_id,
+                 "source": self.source, "wall_time_s": _round(self.wall_time_s), "error": self.error or None,
+                 "failed_rank": self.failed_rank, "overrides": self.overrides, "task_dir": str(self.task_dir),
+                 "attempts": self.attempt, "start": self.start if self.state != "pending" else None,
+                 "end": self.end, "reason": self.reason or None,
+                 "expected_start": self.expected_start, "result": self.result, "failure": self.failure}
+        if self.controller:  # only where slurmctld did not answer: what it said
+            shown["controller_unreachable"] = self.controller
+        return shown
 
 
 def _round(value: float | None) -> float | None:

@@ -1,17 +1,17 @@
 """Job states from SLURM: `sacct` (accounting, also for ended jobs) and `squeue` (the controller's
 queue, the only source where accounting is off), both parsed by their header's column names; and
-`scancel`. Nothing here imports torch.
+`scancel`. A controller that does not answer is told apart from one that does not know the job
+(launcher.cluster.slurm.controller). Nothing here imports torch.
 """
 
 from __future__ import annotations
 
 import datetime
-import shutil
-import subprocess
 import time
 from dataclasses import dataclass
 
 from launcher.cluster.jobids import base_id, distinct_bases, expand_array_id
+from launcher.cluster.slurm.controller import Unreachable, ask, ask_until_answered
 
 # Set to 1 to ignore sacct even where accounting is on (what a cluster without accounting sees).
 NO_SACCT_ENV = "SUBMIT_NO_SACCT"
@@ -58,13 +58,7 @@ class SchedulerRecord:
 
 def query(argv: list[str], env: dict[str, str], timeout: float = 30) -> str | None:
     """A SLURM command's standard output, or None where it is missing or fails (e.g. accounting off)."""
-    if shutil.which(argv[0], path=env.get("PATH")) is None:
-        return None
-    try:
-        done = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=timeout, env=env)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return done.stdout if done.returncode == 0 else None
+    return ask(argv, env, timeout).out
 
 
 def table(text: str) -> list[dict[str, str]]:
@@ -133,9 +127,14 @@ def sacct_records(job_ids: list[str], env: dict[str, str],
 
 
 def squeue_records(env: dict[str, str]) -> dict[str, SchedulerRecord] | None:
-    """Jobs the controller still knows (queued, running, or ended less than MinJobAge ago)."""
+    """Jobs the controller still knows (queued, running, or ended less than MinJobAge ago); None where
+    squeue is missing or fails; raises Unreachable where the controller does not answer (it may still
+    hold every job: not the same as not knowing them)."""
     fields = ",".join(f"{name}:|" for name in SQUEUE_FIELDS).rstrip("|")
-    out = query(["squeue", "-r", "-t", "all", "-O", fields], env)
+    answer = ask(["squeue", "-r", "-t", "all", "-O", fields], env)
+    if answer.unreachable:
+        raise Unreachable(answer.unreachable)
+    out = answer.out
     if out is None:
         return None
     records: dict[str, SchedulerRecord] = {}
@@ -150,8 +149,11 @@ def squeue_records(env: dict[str, str]) -> dict[str, SchedulerRecord] | None:
 
 def controller_state(job_id: str, env: dict[str, str]) -> str:
     """SLURM's state of `job_id` in the controller now (e.g. PENDING again after a requeue); "" where it
-    no longer holds the job or cannot be asked."""
-    out = query(["squeue", "-h", "-j", job_id, "-t", "all", "-o", "%T"], env)
+    no longer holds the job or cannot be asked; raises Unreachable where the controller does not answer."""
+    answer = ask(["squeue", "-h", "-j", job_id, "-t", "all", "-o", "%T"], env)
+    if answer.unreachable:
+        raise Unreachable(answer.unreachable)
+    out = answer.out
     return out.split()[0] if out and out.split() else ""
 
 
@@ -169,8 +171,7 @@ def scancel_ids(active: list[str], every: list[str]) -> list[str]:
 
 
 def scancel(job_ids: list[str], env: dict[str, str]) -> str:
-    """Cancel `job_ids`; "" on success, else scancel's complaint."""
-    if shutil.which("scancel", path=env.get("PATH")) is None:
-        return "scancel is not on PATH"
-    done = subprocess.run(["scancel", *job_ids], check=False, capture_output=True, text=True, env=env)
-    return "" if done.returncode == 0 else (done.stderr.strip() or f"exit status {done.returncode}")
+    """Cancel `job_ids`; "" on success, else scancel's complaint. While the controller does not answer,
+    scancel is tried again (the user told once) until it does: the cancel is delivered, not lost."""
+    answer = ask_until_answered(["scancel", *job_ids], env, "the cancel waits")
+    return "" if answer.ok else answer.error
