@@ -176,7 +176,8 @@ class Claims:
         if "text" in outcome:
             outcome = {**outcome, "text": str(outcome["text"])[-MOST_TEXT:]}
         done = _append(self.run_dir, task, record, DONE, job_id=self.worker.job_id, **outcome)
-        self.final.add(task)
+        if done is not None:  # (else the newer record's holder ends it; this worker must not count it as ended)
+            self.final.add(task)
         return done is not None
 
 

@@ -16,6 +16,7 @@ the requeued worker, or another, resumes the point from that checkpoint.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from typing import Any
@@ -112,32 +113,36 @@ class _Rounds:
         print(f"[pool] worker {self.me.job_id}: task {task} (rank {self.env.rank}'s log: "
               f"{os.path.join(settings.run_dir, 'logs')})", flush=True)
         start = time.time()
-        with pool_point.own_logs(settings.run_dir, self.me.job_id, self.env.rank):
-            announce(settings, pool_worker=True, taken_back=bool(record.data.get("taken_back")))
-            if self.claims is None:
-                mine = pool_point.outcome_of(lambda: self._run(job, settings, None, number))
-            else:
-                with pool_point.Heartbeat(self.claims, task, record, self.stops) as beat:
-                    mine = pool_point.outcome_of(lambda: self._run(job, settings, self._on_stop(task, record), number))
-            if mine["kind"] == pool_point.FAILED:
-                self.held.abandon()  # a peer waiting for this rank in a collective fails now, not in 45 s
-        ends = self.held.gather(mine)
-        if any(e["kind"] == pool_point.FAILED for e in ends):
-            self.held.reform()
-        print(f"[pool] worker {self.me.job_id}: task {task} {mine['kind']} after {time.time() - start:.1f} s", flush=True)
-        if self.claims is None:
-            return
-        if beat.superseded is not None:  # cancelled, or taken back from this worker: the newer record stands
+        with contextlib.ExitStack() as held_claim:
+            # Rank 0 beats for its claim until the point's end is recorded: the gather and a re-formed
+            # group can outlast the lease, and a silent holder's point would be taken back and run twice.
+            beat = None if self.claims is None else held_claim.enter_context(
+                pool_point.Heartbeat(self.claims, task, record, self.stops))
+            with pool_point.own_logs(settings.run_dir, self.me.job_id, self.env.rank):
+                announce(settings, pool_worker=True, taken_back=bool(record.data.get("taken_back")))
+                on_stop = None if self.claims is None else self._on_stop(task, record)
+                mine = pool_point.outcome_of(lambda: self._run(job, settings, on_stop, number))
+                if mine["kind"] == pool_point.FAILED:
+                    self.held.abandon()  # a peer waiting for this rank in a collective fails now, not in 45 s
+            ends = self.held.gather(mine)
+            if any(e["kind"] == pool_point.FAILED for e in ends):
+                self.held.reform()
+            print(f"[pool] worker {self.me.job_id}: task {task} {mine['kind']} after {time.time() - start:.1f} s",
+                  flush=True)
+            if self.claims is None or beat is None:
+                return
+            settled = beat.superseded is not None  # cancelled, or taken back from this worker: the newer record stands
+            if not settled and any(e["kind"] != pool_point.STOPPED for e in ends):
+                self.claims.finish(task, record, pool_point.ended(ends, round(time.time() - start, 3)))
+                settled = True
+            elif not settled and self.stops.signalled:  # a stop signal: this life ends (a requeue gave it back)
+                if mine["stop_kind"] == TERMINATE:
+                    self.claims.give_back(task, record, f"SIG{mine['signal']}")
+                self.stop = (mine["stop_kind"], mine["signal"], mine["info"])
+            elif not settled:  # another rank's signal alone: the point goes back, rank 0 decides what follows
+                self.claims.give_back(task, record, f"SIG{mine['signal']} on another rank")
+        if settled:  # (after the beat has stopped: a newer record it saw last must not stop the next point)
             self.stops.clear()
-        elif any(e["kind"] != pool_point.STOPPED for e in ends):
-            self.claims.finish(task, record, pool_point.ended(ends, round(time.time() - start, 3)))
-            self.stops.clear()
-        elif self.stops.signalled:  # a stop signal: this life ends (a requeue gave the point back: _on_stop)
-            if mine["stop_kind"] == TERMINATE:
-                self.claims.give_back(task, record, f"SIG{mine['signal']}")
-            self.stop = (mine["stop_kind"], mine["signal"], mine["info"])
-        else:  # another rank's signal alone: the point goes back, rank 0 decides what follows
-            self.claims.give_back(task, record, f"SIG{mine['signal']} on another rank")
 
     def _run(self, job: JobConfig, settings: RunSettings, on_stop: Any, number: int) -> dict[str, Any]:
         from trainer.runners import dispatch

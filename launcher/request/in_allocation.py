@@ -38,7 +38,7 @@ def executor_class() -> type:
             outputs = [str(job.paths.stdout).replace("%t", "0"), str(job.paths.stderr).replace("%t", "0")]
             with open(outputs[0], "a") as out, open(outputs[1], "a") as err:
                 job.process = subprocess.Popen(["bash", str(job.paths.submission_file)], stdout=out, stderr=err,
-                                               stdin=subprocess.DEVNULL, env={**os.environ, **self.held.variables},
+                                               stdin=subprocess.DEVNULL, env=_step_environment(self.held.variables),
                                                start_new_session=True)
             return job
 
@@ -49,3 +49,11 @@ def launcher_state(job: Any) -> str:
     """For `--wait`: "" while the run's bash runs, else how it ended (as SLURM's job states read)."""
     code = job.process.poll()
     return "" if code is None else ("COMPLETED" if code == 0 else "FAILED")
+
+
+def _step_environment(allocation_variables: dict[str, str]) -> dict[str, str]:
+    """This shell's environment for the step's batch script, with only the allocation's own SLURM variables
+    (launcher.cluster.slurm.allocation.current): inside `srun --pty bash` or after `salloc --mem-per-cpu`
+    the shell also has a step's and a request's, which srun would take as its own (and refuse beside --mem)."""
+    kept = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") or k == "SLURM_CONF"}
+    return {**kept, **allocation_variables}

@@ -16,7 +16,7 @@ from launcher.cluster.slurm.accounting import SchedulerRecord, sacct_records, sq
 from launcher.cluster.slurm.env import slurm_env
 from launcher.rundir import restarts
 from launcher.rundir.record import RecordedRun
-from launcher.rundir.task_state import ACTIVE, TaskState
+from launcher.rundir.task_state import ACTIVE, TaskState, raised
 
 
 def worker_ids(info: RecordedRun) -> list[str]:
@@ -88,6 +88,7 @@ def _ended(ts: TaskState, record: pool_claims.Record) -> None:
     rank = record.data.get("rank")
     ts.state, ts.error = "failed", str(record.data.get("error") or "failed")
     ts.failed_rank = rank if isinstance(rank, int) and not isinstance(rank, bool) else None
+    ts.failure = raised(ts.task_dir, ts.failed_rank)  # what the function raised, as an array task shows it
 
 
 def active_workers(info: RecordedRun) -> list[str]:

@@ -107,10 +107,10 @@ def classify(log: list[dict[str, Any]]) -> Restarts:
         elif same_job and failed is not None and failed.get("origin") in FAILURE_CAUSES:
             restart.cause = FAILURE_CAUSES[failed["origin"]]
             restart.detail = str(failed.get("error") or "")
-        elif start.get("pool_worker") and not same_job and stopped is None:
+        elif start.get("pool_worker") and start.get("taken_back"):  # (the worker's own record of it)
             restart.cause = "taken-back"
             restart.detail = f"job {before.get('job_id', '?')} died holding it; job {start.get('job_id', '?')} took it"
-        elif same_job or (start.get("pool_worker") and stopped is not None):
+        elif same_job or (start.get("pool_worker") and stopped is not None and stopped.get("signal") == "TERM"):
             restart.cause = "slurm-requeue"
             restart.detail = (f"SIGTERM at step {stopped.get('step')}" if stopped is not None
                               else "killed without warning")

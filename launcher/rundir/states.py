@@ -36,8 +36,7 @@ from launcher.rundir import pool_states, record_types as shapes, restarts
 from launcher.rundir.layout import FAILURE_FILE, RESULT_FILE, TORCHRUN_DIR, job_files, job_log_dir, log_name
 from launcher.rundir.outcomes import failure_of, read_outcomes
 from launcher.rundir.record import RecordedRun, read_optional
-from launcher.rundir.task_state import ACTIVE, FINAL, TaskState
-from trainer.rank.rundir import ERRORS_DIR, error_file
+from launcher.rundir.task_state import ACTIVE, FINAL, TaskState, raised
 
 _LOG_TIME = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")
 
@@ -79,14 +78,6 @@ def _submitted_at(info: RecordedRun, job_id: str) -> float:
         if job_id in entry.get("job_ids", []):
             return float(entry.get("time") or 0)
     return float(info.record.get("created") or 0)
-
-
-def raised(task_dir: Path, rank: int | None) -> dict[str, Any] | None:
-    """The record of what the function raised on `rank` (None: the first rank that recorded one)."""
-    if rank is None:
-        found = sorted(Path(task_dir, ERRORS_DIR).glob("rank-*.json"))
-        return read_optional(found[0]) if found else None
-    return read_optional(error_file(task_dir, rank))
 
 
 def _int_or_none(value: Any) -> int | None:

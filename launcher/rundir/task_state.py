@@ -8,6 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from launcher.rundir.record import read_optional
+from trainer.rank.rundir import ERRORS_DIR, error_file
+
 # "unknown": the controller did not answer and nothing else says the task ended; it may still run, so
 # `watch`, `--wait` and `cancel` treat it as going on and `--resume` does not send it again.
 ACTIVE = ("pending", "running", "requeued", "unknown")
@@ -68,3 +71,11 @@ class TaskState:
 
 def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 1)
+
+
+def raised(task_dir: Path, rank: int | None) -> dict[str, Any] | None:
+    """The record of what the function raised on `rank` (None: the first rank that recorded one)."""
+    if rank is None:
+        found = sorted(Path(task_dir, ERRORS_DIR).glob("rank-*.json"))
+        return read_optional(found[0]) if found else None
+    return read_optional(error_file(task_dir, rank))
