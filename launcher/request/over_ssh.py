@@ -67,7 +67,7 @@ class SshPlan:
                       if c.project is not None else {}}
             self._sub = build(profile, side.points(profile, c.points), side.run_dir(self.local.name), c.is_sweep,
                               c.after, side.submit_dir(c.submit_dir), survey, Path(side.code_dir), origin,
-                              c.function)
+                              function=c.function)
         return self._sub
 
     def heading(self) -> str:

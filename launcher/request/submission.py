@@ -214,4 +214,4 @@ def moved(sub: Submission, run_dir: Path) -> Submission:
     the run folder into a container."""
     points = [Point(t.task, t.job, t.overrides, "", t.settings.data_dir, t.settings.tracker) for t in sub.tasks]
     return build(sub.profile, points, run_dir, sub.is_array, sub.after_job_ids, sub.submit_dir, sub.project,
-                 sub.code_root, sub.origin, sub.allocation, sub.function)
+                 sub.code_root, sub.origin, held=sub.allocation, function=sub.function)
