@@ -62,9 +62,12 @@ def test_two_attempts_are_one_mlflow_run_and_one_wandb_id_with_each_step_once(tm
     tags = run.data.tags
     assert tags["ddp_submit.job_ids"] == "job1,job2" and tags["ddp_submit.attempts"] == "2"
     assert tags["ddp_submit.commit"] == "abc123"
-    # W&B offline: every attempt's files carry the same run id; nothing else was made.
-    offline = sorted(p.name for p in (run_dir / "wandb").glob("offline-run-*"))
-    assert len(offline) == 2 and all(name.endswith(derived_id(run_dir)) for name in offline)
+    # W&B offline: every attempt's files carry the same run id; nothing else was made. The run id is read from
+    # each attempt's log file, not the folder's name: two attempts in the same second get a "-1" suffix there.
+    offline = sorted((run_dir / "wandb").glob("offline-run-*"))
+    assert len(offline) == 2, offline
+    assert all([f.name for f in d.glob("run-*.wandb")] == [f"run-{derived_id(run_dir)}.wandb"] for d in offline), [
+        sorted(f.name for f in d.iterdir()) for d in offline]
 
 
 def test_a_sweep_is_one_group_with_the_swept_key_as_a_parameter(tmp_path: Path) -> None:
