@@ -16,7 +16,8 @@ from tests.helpers import ROOT, SUBMIT, last_json, run_submit
 pytestmark = pytest.mark.slurm
 
 # Run inside the allocation (salloc's command, non-interactive): the bad request, the run (squeue looked at
-# while its ranks run), then a long run cancelled; each step's output in its own file.
+# while its ranks run; its status once it ended, as from another host, while the allocation runs on), then a
+# long run cancelled; each step's output in its own file.
 SCRIPT = """
 set -u
 echo "$SLURM_JOB_ID" > allocation
@@ -26,6 +27,9 @@ pid=$!
 until ls runs/*/logs/*/*_1_log.out >/dev/null 2>&1 || ! kill -0 $pid 2>/dev/null; do sleep 0.5; done
 squeue -h -o '%i|%j' > squeue.txt
 wait $pid; echo $? > run.rc
+run=$(dirname runs/*{name}*/run.json)
+python -c 'import json, sys; p = sys.argv[1] + "/run.json"; r = json.load(open(p)); r["allocation"]["host"] = "elsewhere"; json.dump(r, open(p, "w"))' "$run"
+python {cli} status "$run" --json --no-collect > elsewhere.out 2> elsewhere.err
 {submit} --set job.epochs=500 --set job.name={name}-long > long.out 2> long.err &
 pid=$!
 until grep -qs 'step ' runs/*{name}-long*/logs/*/*_0_log.out || ! kill -0 $pid 2>/dev/null; do sleep 0.5; done
@@ -63,6 +67,10 @@ def test_a_run_inside_salloc_is_a_job_step_of_it(slurm_cluster: Path, tmp_path: 
     assert jobs == [], jobs
     status = run_submit(["status", str(run_dir), "--json"], tmp_path, timeout=60)
     assert json.loads(status.stdout.splitlines()[0])["state"] == "completed", status.stdout + status.stderr
+    # Seen from a host other than the one that held the allocation: the step has ended, though the allocation
+    # still ran then.
+    elsewhere = (tmp_path / "elsewhere.out").read_text()
+    assert json.loads(elsewhere.splitlines()[0])["state"] == "completed", elsewhere + (tmp_path / "elsewhere.err").read_text()
     # Cancelled: its step ended, the allocation ran on.
     assert "cancelled 1 task(s)" in (tmp_path / "cancel.out").read_text(), (tmp_path / "cancel.out").read_text()
     assert (tmp_path / "long.rc").read_text().strip() != "0"

@@ -86,9 +86,15 @@ def test_cancel_a_running_slurm_sweep(slurm_cluster: Path, tmp_path: Path) -> No
     run_dir = last_json(done.stdout)["run_dir"]
     wait_until(lambda: all(s["state"] == "running" for s in status_json(run_dir, tmp_path)), 90,
                "both tasks to run")
+    # One task, named by its run's name as `list` shows it: that task alone ends; the other runs on.
+    one = run_submit(["cancel", "--profile", "dev-cluster", f"{Path(run_dir).name}/task-0001"], tmp_path, timeout=60)
+    assert one.returncode == 0 and "task-0001: job " in one.stdout, one.stdout + one.stderr
+    wait_until(lambda: [s["state"] for s in status_json(run_dir, tmp_path)] == ["running", "cancelled"], 60,
+               "task 1 alone to be cancelled")
     cancelled = run_submit(["cancel", run_dir], tmp_path, timeout=60)
     assert cancelled.returncode == 0, cancelled.stderr
-    assert "cancelled 2 task(s)" in cancelled.stdout and "scancel" in cancelled.stdout
+    assert "cancelled 1 task(s)" in cancelled.stdout and "scancel" in cancelled.stdout
+
     def all_cancelled() -> list[dict[str, Any]] | None:
         got = status_json(run_dir, tmp_path)
         return got if all(s["state"] == "cancelled" for s in got) else None

@@ -18,7 +18,7 @@ from launcher.cluster.slurm.accounting import scancel, scancel_ids
 from launcher.cluster.slurm.env import slurm_env
 from launcher.commands.console import EXIT_FAILED, EXIT_OK, ArgumentParser, relative
 from launcher.commands.operate import add_run_arguments, find
-from launcher.rundir import layout, record
+from launcher.rundir import record
 from launcher.rundir.record import RecordedRun, load_run
 from launcher.rundir.states import ACTIVE, TaskState, task_states
 from trainer.config.schema import ConfigError
@@ -75,9 +75,10 @@ def cancel(args: argparse.Namespace) -> int:
 
 
 def _task_of(run: str) -> int | None:
-    """The sweep task a RUN/task-NNNN argument names (None: RUN names a run)."""
+    """The sweep task a RUN/task-NNNN argument names (None: RUN names a run). RUN is a folder or a run's
+    name under the runs folder, as for a whole run (find() resolves it): run folders are never named task-N."""
     path = Path(run)
-    if path.name.startswith("task-") and path.name[5:].isdigit() and (path.parent / layout.RUN_FILE).is_file():
+    if path.name.startswith("task-") and path.name[5:].isdigit() and path.parent != Path("."):
         return int(path.name[5:])
     return None
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.cluster import local
+from launcher.cluster.slurm import allocation
 from launcher.cluster.slurm.accounting import REQUEUED_AFTER, SchedulerRecord, sacct_records, squeue_records
 from launcher.cluster.slurm.controller import Unreachable
 from launcher.cluster.slurm.env import slurm_env
@@ -174,13 +175,18 @@ def _from_folder(ts: TaskState, info: RecordedRun, job_id: str, outcomes: dict[i
     return failure
 
 
-def _step_alive(info: RecordedRun) -> bool:
-    """A run in an allocation held where it was submitted: its bash (on that host), else the allocation."""
+def _step_alive(info: RecordedRun, ended: bool) -> bool:
+    """A run in an allocation held where it was submitted: its bash (on that host); from another host, its
+    job step while squeue lists it. The allocation outlives the step, so it alone does not say the run
+    runs; but a step that has not started yet is not listed either: before any rank `ended` (wrote its
+    outcome), a live allocation still counts."""
     step = info.step
     if step.get("host") == socket.gethostname():
         return local.launcher_alive(step.get("pid", 0), info.run_dir)
-    queued = squeue_records(slurm_env(info.slurm_conf)) or {}
-    return queued.get(str(step.get("job_id")), None) is not None
+    env, held = slurm_env(info.slurm_conf), str(step.get("job_id"))
+    if (squeue_records(env) or {}).get(held) is None:
+        return False
+    return bool(allocation.steps_named(held, allocation.step_name(info.run_dir.name), env)) or not ended
 
 
 def _one_task(info: RecordedRun, task: int, job_id: str, history: list[str],
@@ -205,7 +211,7 @@ def _one_task(info: RecordedRun, task: int, job_id: str, history: list[str],
         ts.source = "sacct" if sacct and job_id in sacct else "squeue"
         _from_scheduler(ts, record, (squeue or {}).get(job_id))
     elif info.executor == "local" and local.controller_alive(job_id, info.run_dir) or \
-            info.step and sacct is None and _step_alive(info):
+            info.step and sacct is None and _step_alive(info, ended=bool(outcomes)):
         ts.state, ts.source = "running", "process"
     else:
         failure = _from_folder(ts, info, job_id, outcomes, failure, silent)
