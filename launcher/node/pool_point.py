@@ -34,9 +34,11 @@ def own_logs(task_dir: str, job_id: str, rank: int) -> Iterator[None]:
     sys.stdout.flush()
     sys.stderr.flush()
     saved = [os.dup(1), os.dup(2)]
-    opened = [os.open(pool_claims.point_log(task_dir, job_id, rank, stream), os.O_WRONLY | os.O_CREAT | os.O_APPEND,
-                      0o600) for stream in ("out", "err")]
-    try:
+    opened: list[int] = []
+    try:  # (every descriptor opened here is closed, even when the second log cannot be opened)
+        for stream in ("out", "err"):
+            opened.append(os.open(pool_claims.point_log(task_dir, job_id, rank, stream),
+                                  os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
         os.dup2(opened[0], 1)
         os.dup2(opened[1], 2)
         yield

@@ -59,7 +59,13 @@ class PoolWorker(Checkpointable):
             process.set_threads(first.threads)
             device = process.pick_device(first.use_gpus, env)
             held = HeldGroup(env, device, first.init_timeout_s, first.collective_timeout_s)
-            return _Rounds(self, env, held, stops, requeue).run()
+            try:
+                return _Rounds(self, env, held, stops, requeue).run()
+            except BaseException:
+                # Anything unforeseen (an OSError on the shared folder, say): the group is torn down while
+                # the interpreter is whole, not at exit, where its threads can abort the process (held.close).
+                held.close(together=False)
+                raise
         finally:
             stops.restore()
 
