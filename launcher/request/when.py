@@ -55,13 +55,13 @@ def when(sub: Submission) -> list[Variant]:
     default = sub.profile.partition
     out = []
     for label, changes in variants(sub.profile, start_estimate.partitions(env, sub.profile.account)):
+        points = [Point(t.task, t.job, t.overrides, "", t.settings.data_dir, t.settings.tracker) for t in sub.tasks]
         try:
             profile = dataclasses.replace(sub.profile, **changes)
-        except ValueError:  # (a FieldError: e.g. a time limit shorter than signal_delay_s)
+            variant = build(profile, points, sub.run_dir, sub.is_array, sub.after_job_ids, sub.submit_dir,
+                            sub.project, sub.code_root, sub.origin)
+        except ValueError:  # the profile's checks (FieldError) or the request's (ConfigError) refuse this variant
             continue
-        points = [Point(t.task, t.job, t.overrides, "", t.settings.data_dir, t.settings.tracker) for t in sub.tasks]
-        variant = build(profile, points, sub.run_dir, sub.is_array, sub.after_job_ids, sub.submit_dir, sub.project,
-                        sub.code_root, sub.origin)
         found = start_estimate.estimate(executor.sbatch_script(variant), env)
         out.append(Variant(label, profile.nodes, profile.partition or found.partition or default, profile.time_min,
                            found))

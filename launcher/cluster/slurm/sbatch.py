@@ -172,9 +172,9 @@ def parameters(req: SlurmRequest) -> dict[str, Any]:
         "stderr_to_stdout": False, "additional_parameters": {"requeue": True, **req.sbatch_extra},
         **({"teardown": after} if after else {}),
     }
-    if healing.exclude_value(req.sbatch_extra.get("exclude", ""), req.exclude):
-        params["additional_parameters"]["exclude"] = healing.exclude_value(req.sbatch_extra.get("exclude", ""),
-                                                                           req.exclude)
+    exclude = healing.exclude_value(req.sbatch_extra.get("exclude", ""), req.exclude)
+    if exclude:
+        params["additional_parameters"]["exclude"] = exclude
     params.update(gpu_parameters(req))
     if req.mem_per_node_mb:
         params["mem"] = f"{req.mem_per_node_mb}M"
