@@ -95,7 +95,7 @@ class Submission:
     @property
     def is_pool(self) -> bool:
         """A sweep run by a pool of workers that take its points in turn (`sweep_runner: pool`)."""
-        return self.profile.sweep_runner == "pool" and any(t.settings.sweep for t in self.tasks)
+        return runs_as_pool(self.profile, any(t.settings.sweep for t in self.tasks))
 
     @property
     def jobs(self) -> int:
@@ -181,6 +181,11 @@ def run_settings(profile: Profile, point: Point, folder: Path, swept: bool, run_
     )
 
 
+def runs_as_pool(profile: Profile, is_sweep: bool) -> bool:
+    """A sweep run by a pool of workers (`sweep_runner: pool`; a single run ignores the key)."""
+    return is_sweep and profile.sweep_runner == "pool"
+
+
 def build(profile: Profile, points: list[Point], run_dir: Path, is_sweep: bool,
           after: list[str] | None = None, submit_dir: Path | None = None,
           project_files: snapshot.Survey | None = None, code_root: Path = CODE_ROOT,
@@ -194,12 +199,13 @@ def build(profile: Profile, points: list[Point], run_dir: Path, is_sweep: bool,
     if profile.executor == "slurm":
         root = next((p.job.project_root for p in points if p.job.project_root), "")
         request = slurm_request(profile, points[0].job.name, after, run_dir, submit_dir, root, code_root)
-        if is_sweep and profile.sweep_runner == "pool":
+        pool = runs_as_pool(profile, is_sweep)
+        if pool:
             # No batch-script retry step: a pool's worker is no task of its own (its points are), and
             # a dead worker's point is taken back by the others (launcher.cluster.pool_claims).
             request = replace(request, run_dir="")
         params, python = sbatch.parameters(request), sbatch.python_command(request)
-        if is_sweep and profile.sweep_runner == "pool":  # every worker at once: they share the points
+        if pool:  # every worker at once: they share the points
             params["array_parallelism"] = max(1, min(profile.pool_workers, len(points)))
     else:  # the local executor starts the same command (containers need srun: refused in Profile)
         params, python = local_parameters(profile), shlex.quote(profile.python) if profile.python else None
