@@ -53,12 +53,20 @@ def pick_device(use_gpus: bool, env: DistEnv) -> torch.device:
     # SLURM may hide all but the task's own GPU(s) with CUDA_VISIBLE_DEVICES.
     index = environment.gpu_index(env.local_rank, count)
     torch.cuda.set_device(index)
+    gpu_defaults()
+    return torch.device("cuda", index)
+
+
+def gpu_defaults() -> None:
+    """The GPU math settings every run starts with. Set again before each run of a process that runs
+    several (a pool worker's points): a function that changed them must not change the next point's
+    results, which must equal the same point's as a fresh array task."""
     # Fixed input shapes: let cuDNN pick the fastest convolution algorithms once; TF32 for any
     # float32 matmul left outside bf16 autocast.
     torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.deterministic = False
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
-    return torch.device("cuda", index)
 
 
 def init_process_group(env: DistEnv, device: torch.device, init_timeout_s: int,

@@ -101,6 +101,8 @@ def call_on_rank(call: Call, job: JobConfig, settings: RunSettings, env: DistEnv
     # Set whichever way, each run: a process that ran another run before (a pool worker) must start
     # where a fresh one does.
     torch.use_deterministic_algorithms(job.deterministic and device.type == "cpu", warn_only=True)
+    if device.type == "cuda":
+        process.gpu_defaults()
     torch.set_grad_enabled(True)
     torch.set_default_dtype(torch.float32)
     torch.manual_seed(job.seed)  # the same start on every rank unless the function seeds itself

@@ -1,7 +1,8 @@
-"""A pool worker's rank writes each point's output to that point's own log files (launcher/node/pool_point.py
-own_logs): its children's output too (the file descriptors are redirected), and afterwards the worker's own
-log again. A log that cannot be opened is an error that leaves no descriptor open: a worker runs hundreds of
-points in one process."""
+"""A pool worker's rank runs hundreds of points in one process; each must start as in a fresh one. Each point's
+output goes to that point's own log files (launcher/node/pool_point.py own_logs): its children's output too (the
+file descriptors are redirected), and afterwards the worker's own log again; a log that cannot be opened is an
+error that leaves no descriptor open. The GPU math settings a point's function changed are set back before the
+next (trainer.distributed.process.gpu_defaults: a GPU is mocked nowhere here; the flags are plain settings)."""
 
 from __future__ import annotations
 
@@ -52,3 +53,22 @@ def test_a_log_that_cannot_be_opened_leaves_no_descriptor_open(tmp_path: Path, c
     assert open_fds() == before
     print("still the worker's", flush=True)
     assert capfd.readouterr().out == "still the worker's\n"
+
+
+def test_gpu_settings_a_point_changed_are_set_back_for_the_next(tmp_path: Path) -> None:
+    import torch
+
+    from trainer.distributed import process
+
+    saved = (torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic,
+             torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    try:
+        # What a user's function may do for its own reproducibility or speed.
+        torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = False, True
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+        process.gpu_defaults()
+        assert torch.backends.cudnn.benchmark and not torch.backends.cudnn.deterministic
+        assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+    finally:
+        (torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic,
+         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) = saved
