@@ -99,6 +99,24 @@ def test_a_killed_rank_whose_peer_raised_its_own_exception_is_the_codes() -> Non
     assert verdict.origin == "code" and verdict.rank == 0
 
 
+def test_a_rank_killed_by_the_profiles_stop_signal_before_it_could_take_it_is_a_stop_retried_even_at_start() -> None:
+    # SLURM's warning came while the ranks still started (no handler yet): srun saw them die of it.
+    ranks = [RankEnd(0, "cpu1", srun="srun: error: cpu1: task 0: User defined signal 2"),
+             RankEnd(1, "cpu2", srun="srun: error: cpu2: task 1: User defined signal 2")]
+    verdict = classify(ranks, stop_signal="USR2")
+    assert verdict.origin == "stop" and verdict.nodes == () and "SIGUSR2, the profile's stop signal" in verdict.error
+    decided = retries.decide(verdict, [], "7", 2, first_attempt=True, reached_first_step=False)
+    assert decided.retry and "stop signal came before" in decided.why
+    assert not retries.decide(verdict, [{"event": "failure", "retry": True, "job_id": "7"}] * 2, "7", 2,
+                              first_attempt=False, reached_first_step=False).retry  # bounded: max_failures
+    # Another profile's signal is not this one; without the profile's signal nothing is a stop.
+    assert classify(ranks, stop_signal="USR1").origin == "code" and classify(ranks).origin == "code"
+    log = [{"event": "started", "job_id": "7", "time": 1.0},
+           {"event": "failure", **verdict.as_json(), "retry": True, "job_id": "7", "time": 2.0},
+           {"event": "started", "job_id": "7", "time": 3.0}]
+    assert restarts.classify(log).by_cause() == {"early-stop-signal": 1}
+
+
 def test_node_fail_blames_the_lost_nodes() -> None:
     verdict = classify([], node_fail=["cpu3"])
     assert verdict.origin == "node" and verdict.nodes == ("cpu3",) and "NODE_FAIL" in verdict.error

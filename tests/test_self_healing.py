@@ -4,21 +4,24 @@ A node that stays up but makes every rank on it fail with a GPU's uncorrectable 
 (tests/userpkg/faults.py) fails the first attempt at step 22; the run comes back by itself without that
 node, resumes from the checkpoint of step 20 and ends bitwise equal to a run that met no fault, and
 `status`, `watch` and `--json` name the node it left out. A bug that raises at the same place on every
-attempt is retried once and then stops, the exception shown. Small jobs: the tests' user function
+attempt is retried once and then stops, the exception shown. A `script:` whose rank is killed comes back too,
+though srun stopped its peer with SIGTERM (a stop, but not the scheduler's). Small jobs: the tests' user function
 (tests/userpkg/tiny.py), 2 nodes x 1 task, 2 epochs of 16 steps, a checkpoint every 4 steps.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.helpers import ROOT, last_json, run_submit
-from tests.test_exact_resume import _popen_submit, same_weights
+from tests.helpers import ROOT, last_json, run_submit, wait_until
+from tests.test_exact_resume import _popen_submit, rank_pid, same_weights
 from trainer.rank import events
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
@@ -115,3 +118,28 @@ def test_a_bug_that_raises_on_every_attempt_stops_after_the_second_identical_fai
     sacct = subprocess.run(["sacct", "-j", result["job_id"], "-X", "-n", "-P", "-o", "State"], capture_output=True,
                            text=True, timeout=30).stdout.split()
     assert sacct and sacct[-1] == "FAILED", sacct
+
+
+def test_a_script_whose_rank_is_killed_comes_back_by_itself_and_completes(tmp_path: Path) -> None:
+    # Rank 0 may outlive rank 1 until srun's --kill-on-bad-exit sends it SIGTERM, and then stop at a step boundary
+    # as on any SIGTERM; the retry step must still see rank 1's end. A script's first steps are marked by its own
+    # trainer.api.init() process (the retry step's "after the first step": before, a failure is not retried).
+    (tmp_path / "job.yaml").write_text(f"name: script-healing\nscript: {ROOT / 'tests' / 'userpkg' / 'script_job.py'}\n"
+                                       f"args: ['3', '0.2']\ncode_dir: {ROOT}\n")
+    proc = _popen_submit(["--profile", "dev-cluster", "--job", str(tmp_path / "job.yaml"), "--set",
+                          f"profile.runs_dir={tmp_path / 'runs'}", "--wait", "--json"], ROOT)
+    try:
+        run_dir = wait_until(lambda: next((tmp_path / "runs").glob("*/metrics.jsonl"), None), 600,
+                             "the script's first epoch").parent
+        os.kill(wait_until(lambda: rank_pid(run_dir, 1), 60, "rank 1's pid"), signal.SIGKILL)
+        out, err = proc.communicate(timeout=900)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err[-3000:]
+    result = last_json(out)
+    assert result["state"] == "COMPLETED" and result["restarts"] == 1, result
+    (failure,) = events_named(run_dir, "failure")
+    assert failure["rank"] == 1 and failure["retry"] and "Killed" in failure["error"], failure
+    # Rank 0 either stopped on srun's SIGTERM at a step boundary (recorded as such) or failed in a collective
+    # with the dead rank first: either way the retry step read rank 1's end.
+    assert all(e["kind"] == "terminate" and not e["requeued"] for e in events_named(run_dir, "stopped"))

@@ -42,7 +42,7 @@ from typing import Any
 import torch
 
 from trainer.distributed import environment, process
-from trainer.rank import handoff
+from trainer.rank import handoff, timing
 from trainer.rank.context import Context
 from trainer.rank.sampler import ResumableSampler
 from trainer.rank.stopping import StopRequested, StopSignals
@@ -68,6 +68,10 @@ def init(run_dir: str | Path | None = None, config: Any = None, threads: int | N
     """
     if "ctx" in _INITIALISED:
         return _INITIALISED["ctx"]
+    if "run" not in timing.MARKS:
+        # A script's own process: its start-up marks, the first step's among them, which the retry step of
+        # a `script:` job reads (launcher.heal: a failure after the first step is retried; before it, not).
+        timing.begin()
     env = environment.resolve(os.environ)
     if threads:
         process.set_threads(threads)

@@ -13,9 +13,12 @@ report line) by `classify`, a pure function:
    die first)
    raised a Python exception: the code, with a `signature` (the exception's type and the file:line
    of the innermost frame of the user's code) that tells the same bug on the next attempt.
-4. The root cause was killed by SIGKILL or SIGBUS with no Python exception while every other failed
+4. A failed rank was killed by the profile's own stop signal (`stop_signal`, USR2 by default) with no
+   Python exception: SLURM sent its warning of a time limit or a preemption before the rank had installed
+   its handler (at start-up). Neither the node's fault nor the code's: the attempt is a stop.
+5. The root cause was killed by SIGKILL or SIGBUS with no Python exception while every other failed
    rank only shows the symptoms of a dead peer (failures.SYMPTOMS: closed connections, timeouts): its node.
-5. Anything else: the code.
+6. Anything else: the code.
 
 No torch and no SLURM call here: the retry step on the cluster (launcher.heal) gathers the facts,
 and the unit tests feed them directly.
@@ -24,6 +27,7 @@ and the unit tests feed them directly.
 from __future__ import annotations
 
 import re
+import signal
 from dataclasses import dataclass
 
 from launcher.cluster.failures import is_symptom, last_line, root_cause_first, traceback_body
@@ -79,11 +83,12 @@ class Verdict:
 
 def classify(ranks: list[RankEnd], patterns: list[str] | tuple[str, ...] = (),
              node_fail: list[str] | tuple[str, ...] = (), tool_code: tuple[str, ...] = (),
-             first_dead: int | None = None) -> Verdict:
+             first_dead: int | None = None, stop_signal: str = "") -> Verdict:
     """The verdict on an attempt in which some rank failed. `patterns`: the profile's own node-error
     patterns (beside NODE_ERRORS); `node_fail`: the nodes SLURM reported lost (NODE_FAIL);
     `tool_code`: folders of this tool's code, skipped when looking for the user's frame;
-    `first_dead`: the rank srun reported first (default: the first with a report)."""
+    `first_dead`: the rank srun reported first (default: the first with a report); `stop_signal`: the
+    profile's stop signal ("USR2"; "": none)."""
     if node_fail:
         return Verdict("node", None, f"SLURM lost node(s) {', '.join(node_fail)} (NODE_FAIL)", tuple(node_fail),
                        evidence="NODE_FAIL")
@@ -95,6 +100,10 @@ def classify(ranks: list[RankEnd], patterns: list[str] | tuple[str, ...] = (),
         return Verdict("node", first.rank, line, blamed, evidence=line)
     if not failed:
         return Verdict("code", None, "the job failed, but every rank returned a result")
+    stopped = _killed_by(failed, stop_signal)
+    if stopped is not None:
+        return Verdict("stop", stopped.rank, f"{stopped.srun} (SIG{stop_signal}, the profile's stop signal: SLURM's "
+                       "warning of a time limit or a preemption came before the rank could handle it)")
     root = _root_cause(failed, first_dead)
     exception = _exception_text(root)
     if exception:
@@ -106,6 +115,15 @@ def classify(ranks: list[RankEnd], patterns: list[str] | tuple[str, ...] = (),
     if killed and peers_fine and root.node:
         return Verdict("node", root.rank, what, (root.node,), evidence=what)
     return Verdict("code", root.rank, what, signature=f"no exception: {_srun_what(root.srun)}")
+
+
+def _killed_by(failed: list[RankEnd], name: str) -> RankEnd | None:
+    """The first failed rank that srun saw die of signal SIG`name` with no Python exception (None: none)."""
+    number = getattr(signal, f"SIG{name}", None) if name else None
+    if number is None:
+        return None
+    said = signal.strsignal(number) or ""  # srun's words for it: "User defined signal 2"
+    return next((r for r in failed if said and r.srun.endswith(said) and not _exception_text(r)), None)
 
 
 def node_error_line(text: str, patterns: list[str] | tuple[str, ...] = ()) -> str:

@@ -121,15 +121,18 @@ def after(status: int, policy: dict[str, Any], environ: Mapping[str, str]) -> in
         marks = {}  # `before` found no folder yet (a first attempt): the logs start at 0
     log = events.read(here.task_dir)
     mine = _this_attempt(log, here)
-    if any(e["event"] == "stopped" for e in mine):
-        return status  # a stop signal ended it: submitit requeued it, or said why not
+    if any(e["event"] == "stopped" and e.get("kind") != "terminate" for e in mine):
+        return status  # the stop signal ended it: submitit requeued it, or said why not
+    # (A SIGTERM stop with the job still running was no scheduler's: srun's --kill-on-bad-exit ending the
+    # peers of a rank that died. The scheduler's own end kills this script before it gets here.)
     state = requeue.show_job(here.job, here.env).get("JobState", "")
     if state and state != "RUNNING":
         return status  # the scheduler is ending the job itself (scancel, time limit, requeue)
     ends, first = facts.rank_ends(here.root, here.job, environ, marks)
     tool = tuple(str(root / package) for root in (CODE_ROOT, Path(here.run_root) / "code")
                  for package in ("trainer", "launcher"))  # this tool's frames are not the user's
-    verdict = fault_origin.classify(ends, policy.get("patterns") or [], tool_code=tool, first_dead=first)
+    verdict = fault_origin.classify(ends, policy.get("patterns") or [], tool_code=tool, first_dead=first,
+                                    stop_signal=str(policy.get("stop_signal") or ""))
     started = float(marks.get("time") or 0)
     earlier = [e for e in log if events.starts_attempt(e) and e not in mine]
     decision = retries.decide(verdict, log, here.job, int(policy.get("max_failures") or 0),

@@ -36,6 +36,7 @@ CAUSES = {
     "slurm-requeue": "requeued by SLURM (scontrol requeue, node failure)",
     "node-failure": "retried without a failed node",
     "rank-failure": "retried after a rank failed",
+    "early-stop-signal": "retried after a stop signal came before its ranks could take it",
     "failure": "resumed after a failure",
     "taken-back": "taken back from a pool worker that died",
 }

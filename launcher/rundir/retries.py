@@ -5,6 +5,7 @@ its answer as a "failure" event in the task's events.jsonl (what `status`, `--js
 read back). A failure that is the user's bug must not burn GPU hours:
 
 * a node's failure (launcher.cluster.fault_origin) is retried, without that node;
+* a rank killed by the profile's stop signal before it could take it (at start-up) is retried: a stop;
 * the code's failure is not retried when it happened before the first step of the run's first
   attempt (an import error, a wrong shape, a missing file), nor when it is the same exception from the
   same place (`signature`) as the failure of an earlier attempt;
@@ -23,7 +24,7 @@ from trainer.rank import events
 
 FAILURE_EVENT = "failure"
 # The restart causes (launcher.rundir.restarts) of the attempts that follow a failure event.
-CAUSES = {"node": "node-failure", "code": "rank-failure"}
+CAUSES = {"node": "node-failure", "code": "rank-failure", "stop": "early-stop-signal"}
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,9 @@ def decide(verdict: Verdict, log: list[dict[str, Any]], job_id: str, max_failure
         return Decision(False, f"not retried: retried {retried} time(s) already (max_failures {max_failures})")
     if verdict.origin == "node":
         return Decision(True, f"retry {retried + 1} of {max_failures}: a node failure ({', '.join(verdict.nodes)})")
+    if verdict.origin == "stop":  # SLURM's warning came at start-up: what a stop does, a requeue
+        return Decision(True, f"retry {retried + 1} of {max_failures}: the stop signal came before the ranks "
+                              "could take it")
     if first_attempt and not reached_first_step:
         return Decision(False, "not retried: it failed before the first step of the run's first attempt "
                                "(a bug in the code or its input, not worth retrying)")

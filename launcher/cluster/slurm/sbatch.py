@@ -155,7 +155,7 @@ def heal_policy(req: SlurmRequest) -> dict[str, Any]:
             "partition": req.partition, "nodes": req.nodes, "tasks_per_node": req.tasks_per_node,
             "cpus_per_task": req.cpus_per_task, "mem_per_node_mb": req.mem_per_node_mb,
             "gpus_per_node": req.gpus_per_node, "gpu_type": req.gpu_type,
-            "pinned": req.sbatch_extra.get("nodelist", "")}
+            "pinned": req.sbatch_extra.get("nodelist", ""), "stop_signal": req.signal}
 
 
 def parameters(req: SlurmRequest) -> dict[str, Any]:
