@@ -179,6 +179,7 @@ def submit_and_inject(run: Run, base: Path) -> Run:
                 cf.trigger(target, f["when"], running=lambda: proc.poll() is None)
             except cf.Ended:
                 run.injected.append(f"{f['fault']}: not injected, the run ended first")
+                f["missed"] = True
                 continue
             run.injected.append(cf.inject(f["fault"], target, f))
         proc.wait(timeout=max(1.0, RUN_DEADLINE_S - (time.monotonic() - started)))
@@ -288,13 +289,15 @@ def lost_files(run: Run, twin: Run) -> list[str]:
 def table(runs: list[Run], twins: dict[str, Run]) -> str:
     rows = ["| fault | count | outcome(s) | extra wall time vs twin, median / max (s) |", "|---|---|---|---|"]
     for fault in cf.FAULTS:
-        hit = [r for r in runs if any(f["fault"] == fault for f in r.faults)]
+        hit = [r for r in runs if any(f["fault"] == fault and not f.get("missed") for f in r.faults)]
+        missed = sum(f["fault"] == fault and bool(f.get("missed")) for r in runs for f in r.faults)
+        note = f" ({missed} more drawn, not injected: the run ended first)" if missed else ""
         if not hit:
-            rows.append(f"| {fault} | 0 | - | - |")
+            rows.append(f"| {fault} | 0{note} | - | - |")
             continue
         outcomes = {o: sum(r.outcome == o for r in hit) for o in ("ok", "ok-failed", "BAD")}
         extra = [r.wall_s - twins[r.twin].wall_s for r in hit]
-        rows.append(f"| {fault} | {len(hit)} | {', '.join(f'{n} {o}' for o, n in outcomes.items() if n)} | "
+        rows.append(f"| {fault} | {len(hit)}{note} | {', '.join(f'{n} {o}' for o, n in outcomes.items() if n)} | "
                     f"{statistics.median(extra):.0f} / {max(extra):.0f} |")
     return "\n".join(rows)
 
