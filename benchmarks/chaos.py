@@ -324,7 +324,8 @@ def main() -> int:
           f"load average {os.getloadavg()[0]:.1f}; run folders under {base}")
     for run in plan:
         print(f"  {run.name:<18} {run.label()}  " + "; ".join(
-            f"{f['fault']}: " + ", ".join(f"{k}={v}" for k, v in f.items() if k not in ("fault", "when"))
+            f"{f['fault']}: " + ", ".join(f"{k}={v}" for k, v in f.items() if k not in ("fault", "when")
+                                 and not (k == "task" and f["fault"] == "bad-node"))  # it hits every task
             for f in run.faults))
     print(f"  twins: {', '.join(twins)}", flush=True)
 

@@ -86,7 +86,7 @@ class Target:
     folder: Path
     logs: Path
     ranks: int
-    seen_attempts: int = 0  # 'started' events already used by an earlier fault
+    seen_attempts: int = 0  # 'started' events of attempts that an earlier fault ended
     notes: list[str] = field(default_factory=list)
 
     def started(self) -> list[dict]:
@@ -140,7 +140,6 @@ def trigger(target: Target, when: str, running, timeout: float = 300) -> None:
     earlier fault did not already hit."""
     wait_for(lambda: len(target.started()) > target.seen_attempts and target.rank_pids(), timeout,
              "new attempt with its ranks started", running=running)
-    target.seen_attempts = len(target.started())
     since = target.started()[-1]["time"]
     if when == "checkpoint":
         wait_for(lambda: any(p.stat().st_mtime > since for p in _existing(target.checkpoints())), timeout,
@@ -202,6 +201,8 @@ def inject(fault: str, target: Target, drawn: dict) -> str:
     returns what was done, for the run's record."""
     job = target.job_id()
     pids = target.rank_pids() or []
+    if fault != "ctld-restart":  # every other fault ends this attempt: the next fault waits for a new one
+        target.seen_attempts = len(target.started())
     if fault == "kill-9":
         rank = drawn["rank"]
         os.kill(pids[rank], signal.SIGKILL)
