@@ -238,7 +238,7 @@ def judge(run: Run, twin: Run, base: Path) -> None:
         rows = status_rows(run.run_dir)
         said = json.dumps([result.get("error"), result.get("restart_causes")] +
                           [[r.get("error"), r.get("failure"), r.get("restart_causes")] for r in rows])
-        named = [f["fault"] for f in run.faults if any(w in said for w in CAUSE_WORDS[f["fault"]])]
+        named = [f["fault"] for f in run.faults if any(w.lower() in said.lower() for w in CAUSE_WORDS[f["fault"]])]
         run.outcome, run.why = ("ok-failed", f"cause named: {named[0]}") if named else \
             ("BAD", f"FAILED without an injected cause: {said[:300]}")
         return
