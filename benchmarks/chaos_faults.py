@@ -33,8 +33,8 @@ FAULTS = {
                  ("entrypoint", "sweep")),
     "requeue": ("scontrol requeue (tests/test_requeue_slurm.py)", ALL_KINDS),
     "preempt": ("scancel --signal=USR2, SLURM's preemption warning (tests/test_requeue_slurm.py)", ALL_KINDS),
-    "time-limit": ("a 1-minute limit, ranks frozen until SLURM's signal is due (tests/test_requeue_slurm.py)",
-                   ALL_KINDS),
+    "time-limit": ("a 1-minute limit, ranks frozen until SLURM's signal is due (tests/test_requeue_slurm.py); "
+                   "once it has stopped the run, the limit is set back to 30 minutes", ALL_KINDS),
     "ctld-restart": ("slurmctld stopped, then started again (tests/test_controller_restart.py)", ALL_KINDS),
     # A `script:` checkpoints only when it stops (its init() call sets no cadence): nothing to cut mid-run.
     "truncated-ckpt": ("the newest checkpoint cut in half while the ranks are frozen, then scontrol requeue "
@@ -90,8 +90,11 @@ class Target:
     notes: list[str] = field(default_factory=list)
 
     def started(self) -> list[dict]:
+        return self.events("started")
+
+    def events(self, name: str) -> list[dict]:
         try:
-            return [e for e in events.read(self.folder) if e["event"] == "started"]
+            return [e for e in events.read(self.folder) if e["event"] == name]
         except (OSError, ValueError):
             return []
 
@@ -231,12 +234,24 @@ def inject(fault: str, target: Target, drawn: dict) -> str:
         # As tests/test_requeue_slurm.py: the ranks held (a slow machine) until SLURM's signal is due.
         frozen = descendants(pids)
         signal_all(frozen, signal.SIGSTOP)
+        stops = len(target.events("stopped"))
         try:
             due = job_start(job) + TIME_LIMIT_SIGNAL_DUE_S
             time.sleep(max(0.0, due - time.time()))  # the fault itself: frozen until the signal is due
         finally:
             signal_all(frozen, signal.SIGCONT)
-        return f"ranks of job {job} frozen until {TIME_LIMIT_SIGNAL_DUE_S} s after its start"
+        # One time limit, not one per attempt: on this machine an attempt takes 10-25 s to reach its first
+        # step, so every later attempt would be signalled too before doing much. Once the limit has stopped
+        # the run, the job gets a long limit back (a run with no requeue left has ended: nothing to update).
+        try:
+            stop = wait_for(lambda: target.events("stopped")[stops:], 120, "stop on the time limit")[0]
+            after = "; not requeued (no time-out requeue left)"
+            if stop.get("requeued"):
+                slurm("scontrol", "update", f"jobid={job}", "TimeLimit=30")
+                after = "; then its limit set back to 30 min"
+        except (TimeoutError, RuntimeError) as e:
+            after = f"; its limit left at 1 min ({e})"
+        return f"ranks of job {job} frozen until {TIME_LIMIT_SIGNAL_DUE_S} s after its start{after}"
     if fault == "ctld-restart":
         outage = drawn["outage_s"]
         with CONTROLLER:
