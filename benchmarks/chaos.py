@@ -26,6 +26,7 @@ import random
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -42,12 +43,12 @@ from trainer.rank import checkpoint  # noqa: E402
 CACHE = Path(os.environ.get("DDP_BENCH_CACHE", Path.home() / ".cache" / "ddp-bench")) / "chaos"
 KINDS = cf.ALL_KINDS
 TINY = ('entrypoint: "tests.userpkg.tiny:train"\ntarget_metric: accuracy\ncheckpoint_every_steps: 4\n'
-        f"code_dir: {ROOT}\nconfig: {{epochs: 3, step_sleep_s: 0.05}}\n")
+        f"code_dir: {ROOT}\nconfig: {{epochs: 3, step_sleep_s: 0.1}}\n")
 JOBS = {  # each well under a minute unfaulted; a checkpoint within the first second or so of training
     "builtin": ("name: chaos-digits\nextends: digits\nepochs: 30\neval_every_epochs: 30\nlog_every_steps: 100000\n"
                 "checkpoint_every_steps: 20\n"),
     "entrypoint": "name: chaos-tiny\n" + TINY,
-    "script": (f"name: chaos-script\nscript: {ROOT}/tests/userpkg/script_job.py\nargs: ['3', '0.05']\n"
+    "script": (f"name: chaos-script\nscript: {ROOT}/tests/userpkg/script_job.py\nargs: ['3', '0.1']\n"
                f"checkpoint_every_steps: 4\ncode_dir: {ROOT}\n"),
     "sweep": "name: chaos-sweep\n" + TINY + "sweep: {grid: {config.lr: [0.05, 0.1, 0.2]}}\n",
 }
@@ -153,11 +154,13 @@ def submit_and_inject(run: Run, base: Path) -> Run:
             "--wait", "--json"]
     out, err = open(folder / "stdout", "w"), open(folder / "stderr", "w")
     started = time.monotonic()
+    ended: list[float] = []  # when the submitter exited: the run's wall time, whatever this thread did meanwhile
     # No controller outage (another run's fault) while sbatch runs: a submission the controller refuses is
     # not a run that failed to survive; the outage waits until the job is queued (its log folder exists).
     with cf.CONTROLLER:
         proc = subprocess.Popen(argv, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=out,
                                 stderr=err, text=True)
+        threading.Thread(target=_note_end, args=(proc, ended), daemon=True).start()
         try:
             run_dir = cf.wait_for(lambda: next((folder / "runs").glob("*/logs/*/*_submission.sh"), None)
                                   or proc.poll() is not None, 120, "queued job")
@@ -181,7 +184,15 @@ def submit_and_inject(run: Run, base: Path) -> Run:
                 run.injected.append(f"{f['fault']}: not injected, the run ended first")
                 f["missed"] = True
                 continue
-            run.injected.append(cf.inject(f["fault"], target, f))
+            try:
+                run.injected.append(cf.inject(f["fault"], target, f))
+            except Exception as e:  # noqa: BLE001 - judged below
+                # A short run may end between its trigger and the fault (a node-lost finds no process of the
+                # job left, a signal an unknown job): then the fault did not land, and the run is judged as is.
+                if not cf.job_over(target.job_id()):
+                    raise
+                run.injected.append(f"{f['fault']}: not injected, the job ended first ({type(e).__name__}: {e})")
+                f["missed"] = True
         proc.wait(timeout=max(1.0, RUN_DEADLINE_S - (time.monotonic() - started)))
     except Exception as e:  # noqa: BLE001 - a hang or a failed injection is this run's BAD outcome, not the soak's end
         run.why = f"{type(e).__name__}: {e}"
@@ -191,11 +202,17 @@ def submit_and_inject(run: Run, base: Path) -> Run:
             if run.run_dir:
                 subprocess.run([sys.executable, str(ROOT / "submit.py"), "cancel", run.run_dir], cwd=ROOT,
                                capture_output=True, timeout=120)
-        run.wall_s = time.monotonic() - started
         run.rc = proc.wait()
+        cf.wait_for(lambda: ended, 10, "the submitter's end time", poll=0.05)
+        run.wall_s = ended[0] - started
         out.close()
         err.close()
     return run
+
+
+def _note_end(proc: subprocess.Popen, ended: list[float]) -> None:
+    proc.wait()
+    ended.append(time.monotonic())
 
 
 def result_of(run: Run, base: Path) -> dict:
@@ -311,6 +328,9 @@ def main() -> int:
     parser.add_argument("--faults", help="only these faults, comma-separated (to reproduce one): "
                                          + ", ".join(cf.FAULTS))
     args = parser.parse_args()
+    unknown = set(args.faults.split(",")) - set(cf.FAULTS) if args.faults else set()
+    if unknown:
+        parser.error(f"unknown fault(s) {', '.join(sorted(unknown))}; known: {', '.join(cf.FAULTS)}")
 
     t0 = time.monotonic()
     base = CACHE / time.strftime("%Y%m%d-%H%M%S")

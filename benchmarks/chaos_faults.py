@@ -157,15 +157,19 @@ def _existing(paths: list[Path]) -> list[Path]:
     return [p for p in paths if p.exists()]
 
 
+AWAY = ("Unable to contact slurm controller", "Socket timed out", "Connection refused", "Zero Bytes were transmitted")
+
+
 def slurm(*argv: str) -> None:
-    """A SLURM command that must land: retried while the controller is away (another run's outage)."""
+    """A SLURM command that must land: retried while the controller is away (another run's outage), and only
+    then (a job that has ended is an answer: "Invalid job id specified")."""
     deadline = time.monotonic() + 180
     while True:
         proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=60)
-        if proc.returncode == 0 or time.monotonic() > deadline:
-            if proc.returncode:
-                raise RuntimeError(f"{' '.join(argv)}: {proc.stderr.strip()}")
+        if proc.returncode == 0:
             return
+        if time.monotonic() > deadline or not any(word in proc.stderr for word in AWAY):
+            raise RuntimeError(f"{' '.join(argv)}: {proc.stderr.strip()}")
         time.sleep(1)
 
 
@@ -271,6 +275,12 @@ def inject(fault: str, target: Target, drawn: dict) -> str:
         CLEANUP.lost_nodes.discard(node)
         return f"node {node} (batch host of job {job}) lost, then restored"
     raise ValueError(fault)
+
+
+def job_over(job: str) -> bool:
+    """The job is no longer running (ended, or requeued and waiting): a fault meant for this attempt missed it."""
+    proc = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True, timeout=60)
+    return proc.returncode == 0 and proc.stdout.strip() != "RUNNING" or "Invalid job id" in proc.stderr
 
 
 def _alive(pid: int) -> bool:
