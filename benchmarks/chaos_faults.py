@@ -248,7 +248,8 @@ def inject(fault: str, target: Target, drawn: dict) -> str:
         # step, so every later attempt would be signalled too before doing much. Once the limit has stopped
         # the run, the job gets a long limit back (a run with no requeue left has ended: nothing to update).
         try:
-            stop = wait_for(lambda: target.events("stopped")[stops:], 120, "stop on the time limit")[0]
+            wait_for(lambda: target.events("stopped")[stops:] or job_over(job), 120, "stop on the time limit")
+            stop = (target.events("stopped")[stops:] or [{}])[0]
             after = "; not requeued (no time-out requeue left)"
             if stop.get("requeued"):
                 slurm("scontrol", "update", f"jobid={job}", "TimeLimit=30")
