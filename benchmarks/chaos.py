@@ -43,13 +43,15 @@ from trainer.rank import checkpoint  # noqa: E402
 CACHE = Path(os.environ.get("DDP_BENCH_CACHE", Path.home() / ".cache" / "ddp-bench")) / "chaos"
 KINDS = cf.ALL_KINDS
 TINY = ('entrypoint: "tests.userpkg.tiny:train"\ntarget_metric: accuracy\ncheckpoint_every_steps: 4\n'
-        f"code_dir: {ROOT}\nconfig: {{epochs: 3, step_sleep_s: 0.1}}\n")
-JOBS = {  # each well under a minute unfaulted; a checkpoint within the first second or so of training
+        f"code_dir: {ROOT}\nconfig: {{epochs: 3, step_sleep_s: 0.2}}\n")
+# Each well under a minute unfaulted, yet long enough for a fault to land (tiny's 48 steps, 0.2 s each: ~10 s);
+# a checkpoint within the first second or so of training.
+JOBS = {
     "builtin": ("name: chaos-digits\nextends: digits\nepochs: 30\neval_every_epochs: 30\nlog_every_steps: 100000\n"
                 "checkpoint_every_steps: 20\n"),
     "entrypoint": "name: chaos-tiny\n" + TINY,
-    "script": (f"name: chaos-script\nscript: {ROOT}/tests/userpkg/script_job.py\nargs: ['3', '0.1']\n"
-               f"checkpoint_every_steps: 4\ncode_dir: {ROOT}\n"),
+    # (no checkpoint_every_steps: a script's cadence is its own init() call's, and this one checkpoints on stops)
+    "script": f"name: chaos-script\nscript: {ROOT}/tests/userpkg/script_job.py\nargs: ['3', '0.2']\ncode_dir: {ROOT}\n",
     "sweep": "name: chaos-sweep\n" + TINY + "sweep: {grid: {config.lr: [0.05, 0.1, 0.2]}}\n",
 }
 WEIGHTS = {"builtin": "model_final.pt"}  # the others save weights.pt (tests/userpkg/tiny.py)

@@ -267,9 +267,10 @@ def inject(fault: str, target: Target, drawn: dict) -> str:
             CLEANUP.controller_stopped = False
         return f"slurmctld stopped for {outage:.0f} s, then started again"
     if fault == "node-lost":
-        node = scontrol_job(job)["BatchHost"]
-        CLEANUP.lost_nodes.add(node)
-        kill_node(job, node)
+        with CONTROLLER:  # not during another run's controller outage: scontrol would wait it out, the job end
+            node = scontrol_job(job)["BatchHost"]
+            CLEANUP.lost_nodes.add(node)
+            kill_node(job, node)
         # SLURM marks the node down after SlurmdTimeout and requeues the job, pinned to its nodes: it waits.
         wait_for(lambda: scontrol_job(job).get("JobState") == "PENDING", 240, f"requeue of job {job}", poll=1)
         returned_and_settled(node, job)
