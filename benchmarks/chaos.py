@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import random
-import statistics
 import subprocess
 import sys
 import threading
@@ -36,9 +35,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("SLURM_CONF", str(ROOT / ".dev-cluster" / "slurm.conf"))  # scontrol, scancel, sinfo
 
-import chaos_faults as cf  # noqa: E402 - beside this file
+import chaos_checks as cc  # noqa: E402 - beside this file
+import chaos_faults as cf  # noqa: E402
 from tests.test_node_failure import two_nodes  # noqa: E402
-from trainer.rank import checkpoint  # noqa: E402
 
 CACHE = Path(os.environ.get("DDP_BENCH_CACHE", Path.home() / ".cache" / "ddp-bench")) / "chaos"
 KINDS = cf.ALL_KINDS
@@ -54,17 +53,10 @@ JOBS = {
     "script": f"name: chaos-script\nscript: {ROOT}/tests/userpkg/script_job.py\nargs: ['3', '0.2']\ncode_dir: {ROOT}\n",
     "sweep": "name: chaos-sweep\n" + TINY + "sweep: {grid: {config.lr: [0.05, 0.1, 0.2]}}\n",
 }
-WEIGHTS = {"builtin": "model_final.pt"}  # the others save weights.pt (tests/userpkg/tiny.py)
-SWEEP_TASKS = 3
+SWEEP_TASKS = cc.SWEEP_TASKS
 # A node lost takes whole nodes (4 CPUs a task on 4-CPU nodes: nothing else on the node it kills). More CPUs
 # mean more threads, which changes the built-in recipe's arithmetic: such runs get a twin of their own.
 WHOLE_NODE = ["profile.cpus_per_task=4"]
-CAUSE_WORDS = {  # what FAILED must name for each injected fault
-    "kill-9": ("SIGKILL", "killed", "signal 9"), "node-lost": ("NODE_FAIL", "node-failure", "lost"),
-    "bad-node": ("ECC", "node-failure"), "requeue": ("slurm-requeue", "requeue"), "preempt": ("preemption",),
-    "time-limit": ("timed-out", "timeout", "time limit"), "ctld-restart": ("slurmctld",),
-    "truncated-ckpt": ("checksum", "truncated"),
-}
 RUN_DEADLINE_S = 600
 # submitit reads a stop signal as a time-out, not a preemption, unless the limit is far off (the requeue
 # tests use 30 minutes too): with the dev-cluster profile's 10, a preemption would be counted as a time-out.
@@ -217,110 +209,6 @@ def _note_end(proc: subprocess.Popen, ended: list[float]) -> None:
     ended.append(time.monotonic())
 
 
-def result_of(run: Run, base: Path) -> dict:
-    lines = [l for l in (base / run.name / "stdout").read_text().splitlines() if l.startswith("{")]
-    return json.loads(lines[-1]) if lines else {}
-
-
-def status_rows(run_dir: str) -> list[dict]:
-    proc = subprocess.run([sys.executable, str(ROOT / "submit.py"), "status", run_dir, "--json"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
-    return [json.loads(l) for l in proc.stdout.splitlines() if l.startswith("{")]
-
-
-def task_dirs(run: Run) -> list[Path]:
-    top = Path(run.run_dir)
-    return [top / f"task-{i:04d}" for i in range(SWEEP_TASKS)] if run.kind == "sweep" else [top]
-
-
-def same_weights(a: Path, b: Path) -> bool:
-    import torch
-
-    x, y = torch.load(a), torch.load(b)
-    return x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
-
-
-def judge(run: Run, twin: Run, base: Path) -> None:
-    """Outcome: ok (COMPLETED, bitwise equal), ok-failed (FAILED naming an injected cause) or BAD."""
-    result = result_of(run, base)
-    run.state = result.get("state", "")
-    if run.why:
-        run.outcome = "BAD"
-        return
-    if run.state == "COMPLETED":
-        weights = WEIGHTS.get(run.kind, "weights.pt")
-        differ = [str(t) for t, r in zip(task_dirs(run), task_dirs(twin))
-                  if not (t / weights).exists() or not same_weights(t / weights, r / weights)]
-        run.outcome, run.why = ("BAD", f"weights differ from the twin's: {differ}") if differ else ("ok", "")
-        return
-    if run.state == "FAILED":
-        rows = status_rows(run.run_dir)
-        said = json.dumps([result.get("error"), result.get("restart_causes")] +
-                          [[r.get("error"), r.get("failure"), r.get("restart_causes")] for r in rows])
-        named = [f["fault"] for f in run.faults if any(w.lower() in said.lower() for w in CAUSE_WORDS[f["fault"]])]
-        run.outcome, run.why = ("ok-failed", f"cause named: {named[0]}") if named else \
-            ("BAD", f"FAILED without an injected cause: {said[:300]}")
-        return
-    run.outcome, run.why = "BAD", f"ended {run.state or 'without a result'} (exit {run.rc})"
-
-
-def leftovers(base: Path) -> list[str]:
-    """Processes whose command line or environment mentions a run folder of this soak."""
-    mark = str(base).encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            try:
-                if mark in (entry / "cmdline").read_bytes() or mark in (entry / "environ").read_bytes():
-                    found.append(f"{entry.name}: {(entry / 'cmdline').read_bytes()[:120]!r}")
-            except OSError:
-                pass
-    return found
-
-
-def bad_checkpoints(base: Path) -> list[str]:
-    bad = [f"{p}: a temporary file left" for p in base.rglob(".ckpt-*.tmp-*")]
-    for path in base.rglob("checkpoints/ckpt-*.pt"):
-        try:
-            checkpoint.read(path)
-        except Exception as e:  # noqa: BLE001 - any unreadable checkpoint is a finding
-            bad.append(f"{path}: {e}")
-    return bad
-
-
-def promised(run: Run) -> set[str]:
-    """What a run folder holds (its top and its tasks' entries), less the names that carry a job id."""
-    names = set()
-    for folder in [Path(run.run_dir), *([p for p in task_dirs(run)] if run.kind == "sweep" else [])]:
-        if folder.is_dir():
-            names |= {str(p.relative_to(run.run_dir)) for p in folder.iterdir()}
-    return {n for n in names if not n.endswith(".bad-node")}
-
-
-def lost_files(run: Run, twin: Run) -> list[str]:
-    if run.state != "COMPLETED":  # a failed run promises its record, not the results it never made
-        must = {"run.json", "job.yaml", "profile.yaml", "logs", "code"} | (
-            {"events.jsonl"} if run.kind != "sweep" else set())
-        return sorted(must - promised(run))
-    return sorted(promised(twin) - promised(run))
-
-
-def table(runs: list[Run], twins: dict[str, Run]) -> str:
-    rows = ["| fault | count | outcome(s) | extra wall time vs twin, median / max (s) |", "|---|---|---|---|"]
-    for fault in cf.FAULTS:
-        hit = [r for r in runs if any(f["fault"] == fault and not f.get("missed") for f in r.faults)]
-        missed = sum(f["fault"] == fault and bool(f.get("missed")) for r in runs for f in r.faults)
-        note = f" ({missed} more drawn, not injected: the run ended first)" if missed else ""
-        if not hit:
-            rows.append(f"| {fault} | 0{note} | - | - |")
-            continue
-        outcomes = {o: sum(r.outcome == o for r in hit) for o in ("ok", "ok-failed", "BAD")}
-        extra = [r.wall_s - twins[r.twin].wall_s for r in hit]
-        rows.append(f"| {fault} | {len(hit)}{note} | {', '.join(f'{n} {o}' for o, n in outcomes.items() if n)} | "
-                    f"{statistics.median(extra):.0f} / {max(extra):.0f} |")
-    return "\n".join(rows)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=12)
@@ -355,11 +243,11 @@ def main() -> int:
     try:
         with ThreadPoolExecutor(args.parallel) as pool:
             for twin in pool.map(lambda r: submit_and_inject(r, base), list(twins.values())):
-                judge_twin(twin, base)
+                cc.judge_twin(twin, base)
                 print(f"  {twin.name}: {twin.state or 'no result'} in {twin.wall_s:.0f} s {twin.why}", flush=True)
             for run in pool.map(lambda r: submit_and_inject(r, base), plan):
                 if twins[run.twin].outcome == "ok":
-                    judge(run, twins[run.twin], base)
+                    cc.judge(run, twins[run.twin], base)
                 else:
                     run.outcome, run.why = "BAD", f"its twin {run.twin} did not complete"
                 print(f"  {run.name}: {run.outcome} ({run.state or 'no result'}, {run.wall_s:.0f} s, twin "
@@ -371,13 +259,13 @@ def main() -> int:
 
     bad += [f"{r.name}: {r.why}" for r in [*twins.values(), *plan] if r.outcome not in ("ok", "ok-failed")]
     try:
-        cf.wait_for(lambda: not leftovers(base), 120, "end of every run's processes", poll=1)
+        cf.wait_for(lambda: not cc.leftovers(base), 120, "end of every run's processes", poll=1)
         left = []
     except TimeoutError:
-        left = leftovers(base)
-    corrupt = bad_checkpoints(base)
+        left = cc.leftovers(base)
+    corrupt = cc.bad_checkpoints(base)
     lost = [f"{run.name} lost {name}" for run in plan if run.run_dir and twins[run.twin].run_dir
-            for name in lost_files(run, twins[run.twin])]
+            for name in cc.lost_files(run, twins[run.twin])]
     bad += [f"process left: {p}" for p in left] + [f"corrupt checkpoint: {c}" for c in corrupt] + lost
     up = subprocess.run([sys.executable, "-m", "launcher.devcluster", "status"], cwd=ROOT, capture_output=True,
                         text=True, timeout=120)
@@ -385,7 +273,7 @@ def main() -> int:
         bad.append(f"dev cluster not whole afterwards: {up.stdout[-500:]}")
 
     print()
-    print(table(plan, twins))
+    print(cc.table(plan, twins))
     print(f"\n{args.runs} runs (seed {args.seed}) + {len(twins)} twins in {time.monotonic() - t0:.0f} s; "
           f"{sum(r.outcome == 'ok' for r in plan)} ok, {sum(r.outcome == 'ok-failed' for r in plan)} ok-failed, "
           f"{sum(r.outcome == 'BAD' for r in plan)} BAD; processes left {len(left)}, corrupt checkpoints "
@@ -396,13 +284,6 @@ def main() -> int:
         args.json.write_text(json.dumps({"seed": args.seed, "runs": [asdict(r) for r in plan],
                                          "twins": [asdict(t) for t in twins.values()], "bad": bad}, indent=1))
     return 1 if bad else 0
-
-
-def judge_twin(twin: Run, base: Path) -> None:
-    result = result_of(twin, base)
-    twin.state = result.get("state", "")
-    twin.outcome = "ok" if twin.state == "COMPLETED" and not twin.why else "BAD"
-    twin.why = twin.why or ("" if twin.outcome == "ok" else f"the unfaulted twin ended {twin.state or 'without a result'}")
 
 
 def cancel_all(base: Path, runs: list[Run]) -> None:
