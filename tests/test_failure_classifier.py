@@ -99,6 +99,15 @@ def test_a_killed_rank_whose_peer_raised_its_own_exception_is_the_codes() -> Non
     assert verdict.origin == "code" and verdict.rank == 0
 
 
+def test_a_killed_rank_whose_peer_srun_then_ended_with_sigterm_blames_the_killed_ranks_node() -> None:
+    # A script's rank 0 takes no collective that could fail: srun's --kill-on-bad-exit ends it with SIGTERM
+    # (its task exits 143), whatever its rank number; the rank srun saw die first is the cause.
+    ranks = [RankEnd(0, "cpu1", log="[task] stopped on SIGTERM", srun="srun: error: cpu1: task 0: Exited with exit code 143"),
+             RankEnd(1, "cpu2", srun="srun: error: cpu2: task 1: Killed")]
+    verdict = classify(ranks, first_dead=1)
+    assert verdict.origin == "node" and verdict.rank == 1 and verdict.nodes == ("cpu2",), verdict
+
+
 def test_a_rank_killed_by_the_profiles_stop_signal_before_it_could_take_it_is_a_stop_retried_even_at_start() -> None:
     # SLURM's warning came while the ranks still started (no handler yet): srun saw them die of it.
     ranks = [RankEnd(0, "cpu1", srun="srun: error: cpu1: task 0: User defined signal 2"),

@@ -9,9 +9,11 @@ connections, collective timeouts, srun's kill-on-bad-exit); the node's torchrun 
 
 from __future__ import annotations
 
-# What a rank that died of a peer's failure reports.
+# What a rank that died of a peer's failure reports ("exit code 143": srun's words for a task that ended on
+# the SIGTERM its --kill-on-bad-exit sends the peers of a dead rank; launcher.node.task.TERMINATED_EXIT_CODE).
 SYMPTOMS = ("timed out", "Timeout", "Connection closed", "Connection reset", "Broken pipe",
-            "killed", "SIGTERM", "has not completed", "UncompletedJobError", "ended without a result")
+            "killed", "SIGTERM", "has not completed", "UncompletedJobError", "ended without a result",
+            "exit code 143")
 
 Failure = tuple[int, str, str]  # (rank, one-line error, full text)
 
