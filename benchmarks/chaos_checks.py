@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import chaos_faults as cf
+from tests.test_exact_resume import same_weights
 from trainer.rank import checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,13 +40,6 @@ def status_rows(run_dir: str) -> list[dict]:
 def task_dirs(run: Run) -> list[Path]:
     top = Path(run.run_dir)
     return [top / f"task-{i:04d}" for i in range(SWEEP_TASKS)] if run.kind == "sweep" else [top]
-
-
-def same_weights(a: Path, b: Path) -> bool:
-    import torch
-
-    x, y = torch.load(a), torch.load(b)
-    return x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
 
 
 def judge(run: Run, twin: Run, base: Path) -> None:
