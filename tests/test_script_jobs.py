@@ -37,7 +37,9 @@ def job(tmp_path: Path, cifar: Path, extra: str = "") -> str:
 
 
 def test_seed_script_on_two_local_ranks_with_thread_control(tmp_path: Path, cifar: Path) -> None:
-    proc = run_submit(["--job", job(tmp_path, cifar), "--set", "profile.cpus_per_task=1", "--json"], cwd=tmp_path)
+    # A ceiling, not a wait: on a loaded 2-core machine one thread a rank took 6 minutes (135 images/s).
+    proc = run_submit(["--job", job(tmp_path, cifar), "--set", "profile.cpus_per_task=1", "--json"], cwd=tmp_path,
+                      timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = last_json(proc.stdout)
     # The script's own last JSON line is the result; it ran with the profile's one thread per rank.
