@@ -24,7 +24,7 @@ from launcher.commands.submit import execute, wait_for_sweep
 from launcher.config.profile import PROFILE_FILES, Profile
 from launcher.config.resolve import parse_overrides, point, profile_overrides, runs_dir
 from launcher.request.plan import Plan, check
-from launcher.request.submission import Submission
+from launcher.request.submission import Submission, runs_as_pool
 from launcher.rundir import layout, record
 from launcher.rundir.record import RecordedRun
 from launcher.rundir.states import ACTIVE, TaskState, task_states
@@ -130,7 +130,7 @@ def resume(args: argparse.Namespace, argv: list[str]) -> int:
     profile = build(Profile, {**recorded, **profile_overrides(overrides["profile"])}, source)
     if args.wait:
         profile.wait = True
-    if info.is_sweep and (profile.sweep_runner == "pool") != info.is_pool:  # its records are one runner's
+    if info.is_sweep and runs_as_pool(profile, True) != info.is_pool:  # its records are one runner's
         raise ConfigError(f"profile.sweep_runner: {profile.sweep_runner!r}: {run_dir} ran as "
                           f"{'a pool' if info.is_pool else 'a job array'}, and --resume runs its tasks the same way")
     states = task_states(info)
