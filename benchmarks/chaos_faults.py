@@ -267,14 +267,17 @@ def inject(fault: str, target: Target, drawn: dict) -> str:
             CLEANUP.controller_stopped = False
         return f"slurmctld stopped for {outage:.0f} s, then started again"
     if fault == "node-lost":
-        with CONTROLLER:  # not during another run's controller outage: scontrol would wait it out, the job end
+        # Held until the node is back: no other run's controller outage meanwhile (this fault's scontrol calls
+        # would fail, and a restarted controller waits for every node, this lost one too). Seen in the first
+        # 40-run soak: a node-lost and a ctld-restart at once left cpu3 down for every run after them.
+        with CONTROLLER:
             node = scontrol_job(job)["BatchHost"]
             CLEANUP.lost_nodes.add(node)
             kill_node(job, node)
-        # SLURM marks the node down after SlurmdTimeout and requeues the job, pinned to its nodes: it waits.
-        wait_for(lambda: scontrol_job(job).get("JobState") == "PENDING", 240, f"requeue of job {job}", poll=1)
-        returned_and_settled(node, job)
-        CLEANUP.lost_nodes.discard(node)
+            # SLURM marks the node down after SlurmdTimeout and requeues the job, pinned to its nodes: it waits.
+            wait_for(lambda: scontrol_job(job).get("JobState") == "PENDING", 240, f"requeue of job {job}", poll=1)
+            returned_and_settled(node, job)
+            CLEANUP.lost_nodes.discard(node)
         return f"node {node} (batch host of job {job}) lost, then restored"
     raise ValueError(fault)
 

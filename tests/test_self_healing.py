@@ -143,3 +143,54 @@ def test_a_script_whose_rank_is_killed_comes_back_by_itself_and_completes(tmp_pa
     # Rank 0 either stopped on srun's SIGTERM at a step boundary (recorded as such) or failed in a collective
     # with the dead rank first: either way the retry step read rank 1's end.
     assert all(e["kind"] == "terminate" and not e["requeued"] for e in events_named(run_dir, "stopped"))
+
+
+def test_a_job_slurm_requeued_after_node_fail_leaves_the_lost_node_out_before_it_starts_again(tmp_path: Path) -> None:
+    # The lost node is the batch host (its slurmd, slurmstepds and job processes killed, tests/test_node_failure.py):
+    # nothing of the job is left to react (the retry step runs there), and SLURM requeues the job itself once the
+    # node stops answering (NODE_FAIL). A blocker holds the cluster's other cpu nodes, so the requeued job waits:
+    # `--wait` must set its ExcNodeList while it waits, not move it once it started there (no "moved" event).
+    # Whole nodes (4 CPUs a task on the dev cluster's 4-CPU nodes): nothing else runs on the node killed.
+    from tests.test_node_failure import kill_node, restore, scontrol_job
+
+    blocker, lost, run = "", "", None
+    try:
+        blocker = subprocess.run(["sbatch", "--parsable", "-p", "cpu", "-N", "2", "-n", "2", "-c", "4", "-t", "10",
+                                  "-o", "/dev/null", "--wrap", "sleep 600"], capture_output=True, text=True,
+                                 check=True, timeout=30).stdout.strip()
+        wait_until(lambda: scontrol_job(blocker).get("JobState") == "RUNNING", 600, "the blocker on two cpu nodes")
+        run = Run(tmp_path, "profile.cpus_per_task=4", "profile.time=30", "job.config.step_sleep_s=0.5")
+
+        def started() -> tuple[Path, str] | None:
+            ckpt = next(tmp_path.glob("*/checkpoints/ckpt-*.pt"), None)  # (past the first step: a true restart)
+            ids = [e.get("job_id") for e in events.read(ckpt.parent.parent)] if ckpt else []
+            return (ckpt.parent.parent, str(ids[0])) if ids and ids[0] else None
+
+        run_dir, job_id = wait_until(started, 600, "the run's first checkpoint")
+        node = lost = scontrol_job(job_id)["BatchHost"]
+        kill_node(job_id, node)
+        pending = wait_until(lambda: (j := scontrol_job(job_id)).get("JobState") == "PENDING"
+                             and j.get("ExcNodeList") == node and j, 180, f"job {job_id} pending without {node}")
+        assert pending["Restarts"] == "1", pending
+        restore(node)
+        lost = ""
+        subprocess.run(["scancel", blocker], check=True, timeout=30)
+        code, result, err = run.result()
+    finally:
+        if lost:
+            restore(lost)
+        if blocker:
+            subprocess.run(["scancel", blocker], timeout=30, check=False)
+        if run is not None:
+            run.proc.kill()
+    assert code == 0, err[-3000:]
+    assert result["state"] == "COMPLETED" and result["restarts"] == 1 and node not in result["nodes"], result
+    assert f"job {job_id} waits to start again: {node} left out of it before it starts" in err, err[-3000:]
+    assert not events_named(run_dir, "moved"), events.read(run_dir)
+    (failure,) = events_named(run_dir, "failure")
+    assert failure["evidence"] == "NODE_FAIL" and not failure["retry"], failure
+    (row,) = [json.loads(line) for line in run_submit(["status", str(run_dir), "--json"], cwd=ROOT,
+                                                      timeout=60).stdout.splitlines()]
+    assert row["restart_causes"] == {"node-failure": 1}, row
+    assert [(e["node"], e["excluded"], e["reason"]) for e in row["excluded_nodes"]] == [
+        (node, True, f"SLURM lost node {node} (NODE_FAIL)")], row

@@ -133,7 +133,9 @@ def wait_for_run(sub: Submission, job: Any, as_json: bool, verbose: bool = False
     """`--wait` for a single run: its result (or failure) into the run folder, and reported."""
     import logging
 
+    from launcher.cluster.slurm.sbatch import heal_policy
     from launcher.request.echo import rank0_echo
+    from launcher.request.pending import LeaveOutWhilePending
     from launcher.request.waiting import wait
     from launcher.rundir import plots, restarts, retries
 
@@ -142,8 +144,10 @@ def wait_for_run(sub: Submission, job: Any, as_json: bool, verbose: bool = False
     print(f"running {sub.tasks[0].job.name} on {sub.executor} ({sub.profile.world_size} rank(s)), "
           f"run folder {relative(sub.run_dir)}", flush=True)
     echo = rank0_echo(job, verbose) if sub.executor == "local" else None
+    policy = heal_policy(sub.request) if sub.request is not None and sub.executor == "slurm" else {}
+    pending = LeaveOutWhilePending(policy, str(job.job_id)) if policy else None
     with echo or contextlib.nullcontext():
-        done = wait(job, retries=sub.profile.failures_allowed > 0)
+        done = wait(job, retries=sub.profile.failures_allowed > 0, pending=pending)
     counted = restarts.read(sub.run_dir)
     job_id = str(job.job_id)
     if not done.ok:

@@ -11,11 +11,8 @@ from typing import Any
 from launcher.cluster import fault_origin
 from launcher.cluster.fault_origin import Verdict
 from launcher.cluster.slurm import requeue
-from launcher.cluster.slurm.accounting import query
 from launcher.cluster.slurm.env import slurm_env
 from launcher.cluster.slurm.healing import MOVED_EXIT
-from launcher.cluster.slurm.limits import fitting_nodes
-from launcher.cluster.slurm.sbatch import SlurmRequest
 from launcher.heal import facts
 from launcher.heal.facts import OWN_PREFIX
 from launcher.rundir import exclusions, retries
@@ -43,20 +40,13 @@ class Here:
         print(f"{OWN_PREFIX} {line}", flush=True)
 
     def pinned(self) -> tuple[str, ...]:
-        given = self.policy.get("pinned") or ""
-        return tuple(hostlist.expand(given)) if given else ()
+        return requeue.pinned(self.policy)
 
     def leave_out(self, verdict: Verdict, why: str) -> list[dict[str, Any]]:
         """Add the verdict's nodes to the run's exclusion list, bounded by the partition's usable nodes."""
-        part = requeue.partition(self.policy.get("partition", ""), self.env)
-        request = SlurmRequest(job_name="", nodes=int(self.policy["nodes"]), time_min=1,
-                               tasks_per_node=int(self.policy["tasks_per_node"]),
-                               cpus_per_task=int(self.policy["cpus_per_task"]),
-                               mem_per_node_mb=int(self.policy["mem_per_node_mb"]),
-                               gpus_per_node=int(self.policy["gpus_per_node"]), gpu_type=self.policy["gpu_type"])
-        fitting = None if part is None else [n.name for n in fitting_nodes(request, part)]
+        fitting, needed, part = requeue.bounds(self.policy, self.env)
         entries = [exclusions.add(self.root, node, why, task=self.task, job_id=self.job, pinned=self.pinned(),
-                                  fitting=fitting, needed=request.nodes, partition=part.name if part else "")
+                                  fitting=fitting, needed=needed, partition=part)
                    for node in verdict.nodes]
         for e in entries:
             self.say(f"node {e['node']} left out of this run's later attempts" if e["excluded"]
@@ -93,12 +83,10 @@ def before(policy: dict[str, Any], environ: Mapping[str, str]) -> int:
 def _lost_nodes(here: Here, previous: dict[str, Any]) -> None:
     """The previous attempt ended in NODE_FAIL (SLURM requeued the job itself): the node it lost goes on
     the exclusion list. Which node: the one SLURM still has down, else the one whose ranks vanished."""
-    out = query(["sacct", "-D", "-X", "-n", "-P", "-j", here.job, "-o", "State,NodeList"], here.env) or ""
-    ended = [line.split("|") for line in out.splitlines() if "|" in line and not line.startswith(("RUNNING", "PENDING"))]
-    if not ended or not ended[-1][0].startswith("NODE_FAIL"):  # (accounting off: nothing to read)
+    nodes = requeue.node_fail_nodes(here.job, here.env)
+    if nodes is None:  # (accounting off: nothing to read)
         return
-    nodes = hostlist.expand(ended[-1][1]) if ended[-1][1] not in ("", "None assigned") else []
-    down = [n for n, rec in requeue.node_records(nodes, here.env).items() if requeue.lost(rec)]
+    down = requeue.still_down(nodes, here.env)
     if not down:  # back already (ReturnToService): the node whose ranks ended without a word
         ends, first = facts.rank_ends(here.root, here.job, here.environ, previous,
                                       {k: int(v) for k, v in (facts.read_marks(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -127,13 +127,14 @@ def _settled(tasks: list[Any], retries: bool) -> bool:
 
 
 def wait(job: Any, poll_s: float = 1.0, force_every_s: float = 5.0, grace_s: float = 3.0,
-         retries: bool = False) -> Outcome:
+         retries: bool = False, pending: Callable[[], None] | None = None) -> Outcome:
     """Wait for every task of a submitit job; rank 0's result, with all ranks' node names.
 
     Ends as soon as every rank left a result file (`retries`: a successful one), or the scheduler says
     the job ended (asked every `force_every_s`, not on submitit's backoff of up to 10 minutes); ranks with
     no result then get `grace_s` for their file to appear before they are reported from srun's lines and
-    their log.
+    their log. `pending`: called each such round the controller answered and the job goes on
+    (launcher.request.pending: a requeued job leaves a lost node out before it starts).
     """
     num_tasks = getattr(job, "num_tasks", 1)
     tasks = [job] if num_tasks <= 1 else [job.task(k) for k in range(num_tasks)]
@@ -150,6 +151,8 @@ def wait(job: Any, poll_s: float = 1.0, force_every_s: float = 5.0, grace_s: flo
             force = now - last_force >= force_every_s
             last_force = now if force else last_force
             state = _ended(job, force, outage)
+            if force and not state and pending is not None and outage.since is None:
+                pending()
             if state:
                 deadline = time.time() + grace_s  # results written just before the end may lag on NFS
                 while time.time() < deadline and not all(Path(t.paths.result_pickle).exists() for t in tasks):

@@ -5,16 +5,20 @@ launcher.heal): `scontrol requeue` makes the job pending again at once (JobState
 COMPLETING, which counts as pending), then `scontrol update jobid=... excnodelist=...` sets its
 ExcNodeList while it waits for its next start (SLURM refuses it on a running job). SLURM ends the
 old attempt with SIGTERM meanwhile: the caller ignores it for these few milliseconds (KillWait is 30 s
-by default). Also: what the controller says about a job and about nodes, read with `scontrol -o`.
+by default). Also: what the controller says about a job and about nodes, read with `scontrol -o`; the
+nodes SLURM lost in a job's last attempt (NODE_FAIL); and what bounds a run's exclusion list.
 """
 
 from __future__ import annotations
 
 import subprocess
 from collections.abc import Callable
+from typing import Any
 
 from launcher.cluster.failures import last_line
-from launcher.cluster.slurm.limits import Partition, parse_partitions, parse_record, parse_records
+from launcher.cluster.slurm.accounting import query
+from launcher.cluster.slurm.limits import Partition, fitting_nodes, parse_partitions, parse_record, parse_records
+from launcher.cluster.slurm.sbatch import SlurmRequest
 from trainer.distributed import hostlist
 
 TIMEOUT_S = 20.0
@@ -51,12 +55,20 @@ def requeue_without(job_id: str, nodes: list[str], env: dict[str, str], run: Run
     code, _, err = run(["requeue", job_id], env)
     if code != 0:
         return f"scontrol requeue {job_id} failed: {last_line(err) or f'exit status {code}'}"
-    leave_out = list(dict.fromkeys([*job_nodes(before, "ExcNodeList"), *nodes]))
+    problem = leave_out_while_pending(job_id, before, nodes, env, run)
+    return f"requeued, but {problem}" if problem else ""
+
+
+def leave_out_while_pending(job_id: str, record: dict[str, str], nodes: list[str], env: dict[str, str],
+                            run: Run = scontrol) -> str:
+    """Add `nodes` to the ExcNodeList of `job_id`, pending (`record`: its controller record, with the
+    ExcNodeList it has); "" when done, else what went wrong."""
+    leave_out = list(dict.fromkeys([*job_nodes(record, "ExcNodeList"), *nodes]))
     if not leave_out:
         return ""
     code, _, err = run(["update", f"jobid={job_id}", f"excnodelist={','.join(leave_out)}"], env)
     if code != 0:
-        return (f"requeued, but leaving out {','.join(leave_out)} failed: {last_line(err) or f'exit status {code}'}"
+        return (f"leaving out {','.join(leave_out)} failed: {last_line(err) or f'exit status {code}'}"
                 f" (the next attempt checks its nodes again before it starts)")
     return ""
 
@@ -83,3 +95,38 @@ def partition(name: str, env: dict[str, str], run: Run = scontrol) -> Partition 
         return None
     found = parse_partitions(parts, nodes)
     return found.get(name) if name else next((p for p in found.values() if p.default), None)
+
+
+def node_fail_nodes(job_id: str, env: dict[str, str]) -> list[str] | None:
+    """The nodes of `job_id`'s last ended attempt where SLURM ended it NODE_FAIL (and requeued the job
+    itself); None where that attempt ended otherwise, none has ended, or accounting does not say."""
+    out = query(["sacct", "-D", "-X", "-n", "-P", "-j", job_id, "-o", "State,NodeList"], env) or ""
+    ended = [line.split("|") for line in out.splitlines()
+             if "|" in line and not line.startswith(("RUNNING", "PENDING"))]
+    if not ended or not ended[-1][0].startswith("NODE_FAIL"):
+        return None
+    return hostlist.expand(ended[-1][1]) if ended[-1][1] not in ("", "None assigned") else []
+
+
+def still_down(nodes: list[str], env: dict[str, str], run: Run = scontrol) -> list[str]:
+    """Those of `nodes` that SLURM still has down or not responding."""
+    return [n for n, rec in node_records(nodes, env, run).items() if lost(rec)]
+
+
+def bounds(policy: dict[str, Any], env: dict[str, str]) -> tuple[list[str] | None, int, str]:
+    """What bounds the exclusion list of a run with the retry step's `policy` (sbatch.heal_policy): (the
+    partition's nodes that can hold one node's share of the request, None where the controller does not
+    say; the nodes the run needs; the partition's name)."""
+    part = partition(policy.get("partition", ""), env)
+    request = SlurmRequest(job_name="", nodes=int(policy["nodes"]), time_min=1,
+                           tasks_per_node=int(policy["tasks_per_node"]), cpus_per_task=int(policy["cpus_per_task"]),
+                           mem_per_node_mb=int(policy["mem_per_node_mb"]), gpus_per_node=int(policy["gpus_per_node"]),
+                           gpu_type=policy["gpu_type"])
+    fitting = None if part is None else [n.name for n in fitting_nodes(request, part)]
+    return fitting, request.nodes, part.name if part else ""
+
+
+def pinned(policy: dict[str, Any]) -> tuple[str, ...]:
+    """The nodes the job names (sbatch_extra.nodelist): never left out of it."""
+    given = policy.get("pinned") or ""
+    return tuple(hostlist.expand(given)) if given else ()
