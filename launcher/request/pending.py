@@ -31,6 +31,7 @@ class LeaveOutWhilePending:
     def __init__(self, policy: dict[str, Any], job_id: str, say: Callable[[str], None] | None = None) -> None:
         self.policy, self.job_id, self.root = policy, job_id, Path(policy["run"])
         self.say = say or (lambda line: print(line, file=sys.stderr, flush=True))
+        self.said: set[str] = set()
         self.looked: dict[str, int] = {}  # how often each restart's NODE_FAIL was looked for in accounting
 
     def __call__(self) -> None:
@@ -47,8 +48,11 @@ class LeaveOutWhilePending:
         if not missing:
             return
         problem = requeue.leave_out_while_pending(self.job_id, record, missing, env)
-        self.say(f"job {self.job_id}: {problem}" if problem else
-                 f"job {self.job_id} waits to start again: {', '.join(missing)} left out of it before it starts")
+        line = (f"job {self.job_id}: {problem}" if problem else
+                f"job {self.job_id} waits to start again: {', '.join(missing)} left out of it before it starts")
+        if line not in self.said:  # (a refused update is tried again each round, and said once)
+            self.said.add(line)
+            self.say(line)
 
     def _lost_nodes(self, env: dict[str, str]) -> bool:
         """Leave out the nodes SLURM lost in the last attempt and still has down; whether accounting said
