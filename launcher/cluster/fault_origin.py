@@ -65,6 +65,11 @@ class RankEnd:
         return self.outcome != "success"
 
 
+def all_returned(ranks: list[RankEnd]) -> bool:
+    """Every rank of the attempt returned its result: the attempt's work is done, whatever ended a rank after."""
+    return bool(ranks) and not any(r.failed for r in ranks)
+
+
 @dataclass(frozen=True)
 class Verdict:
     """Where the failure came from. `origin`: node or code; `nodes`: the nodes to leave out."""

@@ -117,6 +117,12 @@ def after(status: int, policy: dict[str, Any], environ: Mapping[str, str]) -> in
     if state and state != "RUNNING":
         return status  # the scheduler is ending the job itself (scancel, time limit, requeue)
     ends, first = facts.rank_ends(here.root, here.job, environ, marks)
+    if fault_origin.all_returned(ends):
+        # The work is done: what ended a rank after it returned (a time limit's warning signal arriving as the rank
+        # exited, in the chaos soak) is no failure. Retried, the attempt would redo its last steps and meet it again.
+        here.say(f"every rank returned its result in this attempt; srun's exit status {status} came after that: "
+                 f"the job ends as done")
+        return 0
     tool = tuple(str(root / package) for root in (CODE_ROOT, Path(here.run_root) / "code")
                  for package in ("trainer", "launcher"))  # this tool's frames are not the user's
     verdict = fault_origin.classify(ends, policy.get("patterns") or [], tool_code=tool, first_dead=first,

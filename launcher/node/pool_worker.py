@@ -25,8 +25,8 @@ from submitit.helpers import Checkpointable
 
 from launcher.cluster.pool_claims import Claims, Record, Worker
 from launcher.node import pool_point
-from launcher.node.task import SubmititRequeue, announce, drop_stale_result, exit_after_stop, private_and_coreless, \
-    restore_caller_gpus
+from launcher.node.task import SubmititRequeue, after_the_work, announce, drop_stale_result, exit_after_stop, \
+    private_and_coreless, restore_caller_gpus
 from trainer.config.job import JobConfig, RunSettings
 from trainer.distributed import environment
 from trainer.rank import stopping
@@ -67,7 +67,7 @@ class PoolWorker(Checkpointable):
                 held.close(together=False)
                 raise
         finally:
-            stops.restore()
+            after_the_work(stops, requeue)
 
 
 class _Rounds:

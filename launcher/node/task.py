@@ -185,7 +185,17 @@ class TrainTask(Checkpointable):
             exit_after_stop(stop, settings.run_dir, self.run_root)
             raise  # not reached: exit_after_stop always raises
         finally:
-            stops.restore()
+            after_the_work(stops, requeue)
+
+
+def after_the_work(stops: StopSignals, requeue: SubmititRequeue | None) -> None:
+    """A task's work is over (returned, raised, or stopped): its stop handlers come off only in the debug
+    executor (the trainer ran in the submitter's own process). Under submitit they stay, only noting a
+    signal: restored, submitit's handler would take a stop signal that comes as the process exits (a time
+    limit's warning just after the last step) and requeue a finished job, which then ran its last steps
+    again and met the same signal, until max_failures ended it FAILED (the chaos soak's run39)."""
+    if requeue is None:
+        stops.restore()
 
 def announce(settings: RunSettings, **fields: Any) -> None:
     """Mark the start of an attempt in every rank's log (submitit appends each restart to the same

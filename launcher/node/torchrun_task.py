@@ -145,7 +145,8 @@ class TorchrunTask(Checkpointable):
         previous = signal.signal(signum, lambda *_: flag.write_text(self.settings.stop_signal))
         # The agent and the workers ignore the signal until the workers catch it (module doc).
         code = subprocess.run(cmd, check=False, preexec_fn=lambda: signal.signal(signum, signal.SIG_IGN)).returncode
-        signal.signal(signum, previous)
+        if requeue is None:  # (under submitit the noting handler stays: launcher.node.task.after_the_work)
+            signal.signal(signum, previous)
         ranks = rank_notes(here.folder)
         first = ranks.get(0, {})
         if code == 0:  # node task 0 returns rank 0's result (the run's); the others their first rank's

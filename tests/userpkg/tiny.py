@@ -3,6 +3,9 @@ its own dataset, its own loop. The tests submit it as `entrypoint: "tests.userpk
 
 from __future__ import annotations
 
+import atexit
+import os
+import signal
 import time
 from dataclasses import dataclass
 
@@ -26,6 +29,7 @@ class TinyConfig:
     step_sleep_s: float = 0.0  # slows each step, so that a test can signal the run from outside
     bad_node_file: str = ""  # a node that fails every rank on it from node_fault_at_step (tests/userpkg/faults.py)
     node_fault_at_step: int = 0
+    signal_at_exit: str = ""  # e.g. "USR2": each rank ends by this signal after its result (a late time-limit warning)
 
 
 def blobs(samples: int, seed: int = 0) -> TensorDataset:
@@ -49,6 +53,8 @@ def train(ctx: Context, config: TinyConfig) -> dict:
     sampler = ResumableSampler(data, ctx, shuffle=True, seed=1)
     step = ctx.resume(model=net, optimizer=optimizer, scheduler=scheduler)
     faults.claim(ctx, config.bad_node_file)
+    if config.signal_at_exit:  # (atexit: after submitit wrote the rank's result, as the process exits)
+        atexit.register(os.kill, os.getpid(), getattr(signal, f"SIG{config.signal_at_exit}"))
     loss = torch.zeros(())
     while step < total:
         epoch, skip = epoch_and_skip(step, per_epoch, config.batch_size)
