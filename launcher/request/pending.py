@@ -26,7 +26,7 @@ LOOKS = 12  # accounting asked about one requeue at most this often (a round is 
 
 
 class LeaveOutWhilePending:
-    """Called each round `--wait` asks the controller about the job; acts on a pending job only."""
+    """Called each round `--wait` finds the job pending in the controller; acts after a requeue only."""
 
     def __init__(self, policy: dict[str, Any], job_id: str, say: Callable[[str], None] | None = None) -> None:
         self.policy, self.job_id, self.root = policy, job_id, Path(policy["run"])

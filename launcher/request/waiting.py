@@ -68,9 +68,9 @@ def _is_scheduled(job: Any) -> bool:
     return not isinstance(job, DebugJob)
 
 
-def _ended(job: Any, force: bool, outage: Outage) -> str:
+def _ended(job: Any, force: bool, outage: Outage, pending: Callable[[], None] | None = None) -> str:
     """The job's final state once it has ended ("" while it runs, is pending or requeued, or while the
-    controller that would say whether SLURM requeued it does not answer)."""
+    controller that would say whether SLURM requeued it does not answer); `pending`: see `wait`."""
     from submitit.local.local import LocalJob  # submitit only once a job is being waited for
 
     if isinstance(job, LocalJob):
@@ -81,8 +81,11 @@ def _ended(job: Any, force: bool, outage: Outage) -> str:
         return launcher_state(job)
     if not force:
         return ""
-    if not _controller_answers(str(job.job_id), outage):
+    now = _controller_says(str(job.job_id), outage)
+    if now is None:
         return ""  # sacct, below, answers meanwhile, but only the controller knows of a requeue
+    if now == "PENDING" and pending is not None:
+        pending()  # (waiting for its next start, after a requeue: launcher.request.pending)
     if not job.watcher.is_done(job.job_id, mode="force"):
         return ""
     state = str(job.watcher.get_state(job.job_id, mode="cache"))
@@ -96,16 +99,17 @@ def _ended(job: Any, force: bool, outage: Outage) -> str:
     return state
 
 
-def _controller_answers(job_id: str, outage: Outage) -> bool:
-    """Whether slurmctld answers about the job (asked each round the scheduler is: the one sign of an
-    outage, since sacct's slurmdbd answers meanwhile); the user is told when that changes."""
+def _controller_says(job_id: str, outage: Outage) -> str | None:
+    """The job's state in slurmctld ("" where it no longer holds it), None where slurmctld does not answer
+    (asked each round the scheduler is: the one sign of an outage, since sacct's slurmdbd answers
+    meanwhile); the user is told when that changes."""
     try:
-        accounting.controller_state(job_id, dict(os.environ))
+        state = accounting.controller_state(job_id, dict(os.environ))
     except Unreachable as err:
         outage.heard(str(err))
-        return False
+        return None
     outage.heard("")
-    return True
+    return state
 
 
 def backoff(first: float, most: float) -> Iterator[float]:
@@ -133,7 +137,7 @@ def wait(job: Any, poll_s: float = 1.0, force_every_s: float = 5.0, grace_s: flo
     Ends as soon as every rank left a result file (`retries`: a successful one), or the scheduler says
     the job ended (asked every `force_every_s`, not on submitit's backoff of up to 10 minutes); ranks with
     no result then get `grace_s` for their file to appear before they are reported from srun's lines and
-    their log. `pending`: called each such round the controller answered and the job goes on
+    their log. `pending`: called each such round the controller says the job is pending
     (launcher.request.pending: a requeued job leaves a lost node out before it starts).
     """
     num_tasks = getattr(job, "num_tasks", 1)
@@ -150,9 +154,7 @@ def wait(job: Any, poll_s: float = 1.0, force_every_s: float = 5.0, grace_s: flo
             now = time.time()
             force = now - last_force >= force_every_s
             last_force = now if force else last_force
-            state = _ended(job, force, outage)
-            if force and not state and pending is not None and outage.since is None:
-                pending()
+            state = _ended(job, force, outage, pending)
             if state:
                 deadline = time.time() + grace_s  # results written just before the end may lag on NFS
                 while time.time() < deadline and not all(Path(t.paths.result_pickle).exists() for t in tasks):
