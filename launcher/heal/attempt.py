@@ -44,10 +44,8 @@ class Here:
 
     def leave_out(self, verdict: Verdict, why: str) -> list[dict[str, Any]]:
         """Add the verdict's nodes to the run's exclusion list, bounded by the partition's usable nodes."""
-        fitting, needed, part = requeue.bounds(self.policy, self.env)
-        entries = [exclusions.add(self.root, node, why, task=self.task, job_id=self.job, pinned=self.pinned(),
-                                  fitting=fitting, needed=needed, partition=part)
-                   for node in verdict.nodes]
+        entries = exclusions.add_bounded(self.root, verdict.nodes, why, self.policy, self.env, task=self.task,
+                                         job_id=self.job)
         for e in entries:
             self.say(f"node {e['node']} left out of this run's later attempts" if e["excluded"]
                      else f"node {e['node']} not left out: {e.get('why_not')}")

@@ -61,10 +61,9 @@ class LeaveOutWhilePending:
         down = requeue.still_down(nodes, env) if nodes else []
         if not down:
             return nodes is not None  # (back already: the next attempt's retry step finds it from the ranks' logs)
-        fitting, needed, part = requeue.bounds(self.policy, env)
-        for node in down:
-            entry = exclusions.add(self.root, node, f"SLURM lost node {node} (NODE_FAIL)", job_id=self.job_id,
-                                   pinned=requeue.pinned(self.policy), fitting=fitting, needed=needed, partition=part)
+        for entry in [e for node in down for e in exclusions.add_bounded(
+                self.root, [node], f"SLURM lost node {node} (NODE_FAIL)", self.policy, env, job_id=self.job_id)]:
             if not entry["excluded"]:
-                self.say(f"job {self.job_id}: SLURM lost node {node} (NODE_FAIL); not left out: {entry.get('why_not')}")
+                self.say(f"job {self.job_id}: SLURM lost node {entry['node']} (NODE_FAIL); not left out: "
+                         f"{entry.get('why_not')}")
         return True

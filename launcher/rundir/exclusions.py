@@ -82,6 +82,17 @@ def add(run_root: Path | str, node: str, reason: str, *, task: int = 0, job_id: 
         return entry
 
 
+def add_bounded(run_root: Path | str, nodes: list[str] | tuple[str, ...], reason: str, policy: dict[str, Any],
+                env: dict[str, str], *, task: int = 0, job_id: str = "") -> list[dict[str, Any]]:
+    """`add` each of `nodes`, bounded as the run's retry step `policy` (sbatch.heal_policy) says: the
+    nodes the job names, and the partition's usable nodes as the controller reports them now."""
+    from launcher.cluster.slurm import requeue  # (the controller: only where a node is left out)
+
+    fitting, needed, part = requeue.bounds(policy, env)
+    return [add(run_root, node, reason, task=task, job_id=job_id, pinned=requeue.pinned(policy), fitting=fitting,
+                needed=needed, partition=part) for node in nodes]
+
+
 def lines(run_root: Path | str) -> list[str]:
     """What `status` and `watch` show: each node left out (or not) and why."""
     out = []
