@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from launcher.cluster.jobids import expand_array_id
-from launcher.cluster.slurm.accounting import scancel_ids
+from launcher.cluster.slurm.accounting import SchedulerRecord, scancel_ids
 from launcher.rundir import plots, results
+from launcher.rundir.states import TaskState, _from_scheduler
 from tests.helpers import ROOT, SUBMIT, last_json, run_submit, wait_until
 
 PROFILE = ["--profile", "dev-cluster", "--set", "profile.nodes=1"]
@@ -178,6 +179,28 @@ def test_pending_array_ranges_expand_to_tasks() -> None:
     assert expand_array_id("12_[3-5,7%2]") == ["12_3", "12_4", "12_5", "12_7"]
     assert expand_array_id("12_[0]") == ["12_0"]
     assert expand_array_id("12_4") == ["12_4"] and expand_array_id("12") == ["12"]
+
+
+def test_an_after_run_slurm_cancelled_before_it_started_says_so_whichever_record_slurm_gives() -> None:
+    """afternotok on a run that succeeded: SLURM cancels the waiting job. sacct has been seen to give it
+    Reason "Dependency" and no Start, or Reason None and the cancel time as its Start; squeue, until
+    MinJobAge, DependencyNeverSatisfied. Each must read as never started, cancelled while it waited."""
+    said = "cancelled before it started, while waiting for the runs it depends on (--after)"
+    squeue = SchedulerRecord("33", "cancelled", "CANCELLED", end=90.0, reason="DependencyNeverSatisfied")
+    plain = SchedulerRecord("33", "cancelled", "CANCELLED", end=90.0, elapsed_s=0.0, exit_code="0:0",
+                            nodes="None assigned", reason="Dependency")
+    started_at_cancel = SchedulerRecord("33", "cancelled", "CANCELLED", start=90.0, end=90.0, elapsed_s=0.0,
+                                        exit_code="0:0", nodes="None assigned")
+    for record, waiting, depends in [(squeue, None, False), (plain, None, False), (started_at_cancel, squeue, False),
+                                     (started_at_cancel, None, True)]:
+        ts = TaskState(0, "33", "unknown")
+        _from_scheduler(ts, record, waiting, depends)
+        assert (ts.state, ts.start, ts.error) == ("cancelled", None, said), (record, waiting, depends)
+    # Cancelled while it ran: not before it started, whatever it depended on.
+    ran = SchedulerRecord("33", "cancelled", "CANCELLED", start=80.0, end=90.0, elapsed_s=10.0, nodes="cpu1")
+    ts = TaskState(0, "33", "unknown")
+    _from_scheduler(ts, ran, None, True)
+    assert (ts.start, ts.error) == (80.0, "CANCELLED"), ts
 
 
 def test_rows_sort_best_first_and_failures_last() -> None:

@@ -157,6 +157,11 @@ class RecordedRun:
         return self.record.get("runner") == "pool"
 
     @property
+    def depends(self) -> bool:
+        """Submitted with `--after` (SLURM's dependency on other runs' jobs)."""
+        return bool(dict(self.record.get("executor_parameters") or {}).get("dependency"))
+
+    @property
     def step(self) -> dict[str, Any]:
         """A run that ran as a job step of an allocation held where it was submitted (`in_allocation`):
         that allocation's job id, and the host and pid of the bash that stands for the job; {} otherwise."""

@@ -127,11 +127,15 @@ def task_states(info: RecordedRun, use_scheduler: bool = True) -> list[TaskState
             for task, job_id in enumerate(current)]
 
 
-def _from_scheduler(ts: TaskState, record: SchedulerRecord, waiting: SchedulerRecord | None) -> None:
+def _from_scheduler(ts: TaskState, record: SchedulerRecord, waiting: SchedulerRecord | None,
+                    depends: bool = False) -> None:
     if record.slurm_state in REQUEUED_AFTER and waiting is not None and waiting.state in ACTIVE:
         record = waiting  # requeued: the controller's record is the job's current life
     ts.state, ts.restarts = record.state, record.restarts
-    ts.start, ts.end = record.start, record.end
+    # A job cancelled before it ran: sacct may give the cancel time as its Start (or not: it varies
+    # with when slurmdbd heard of it); it never started.
+    never_ran = record.state == "cancelled" and not record.elapsed_s and record.nodes in ("", "None assigned")
+    ts.start, ts.end = (None if never_ran else record.start), record.end
     if record.state == "pending" and record.restarts:
         ts.state = "requeued"
     if record.state in FINAL and record.start and record.end:
@@ -140,8 +144,11 @@ def _from_scheduler(ts: TaskState, record: SchedulerRecord, waiting: SchedulerRe
         ts.wall_time_s = record.elapsed_s
     if record.state not in ("completed",) + ACTIVE:
         ts.error = f"{record.slurm_state}" + (f" (exit {record.exit_code})" if record.exit_code else "")
-    if record.state == "cancelled" and record.start is None and record.reason.startswith("Dependency"):
+    reasons = (record.reason, waiting.reason if waiting is not None else "")
+    if never_ran and (depends or any(reason.startswith("Dependency") for reason in reasons)):
         # --after whose condition can no longer hold (notok on a run that succeeded): SLURM cancels it.
+        # sacct's Reason may be "None" for it, squeue's is DependencyNeverSatisfied until MinJobAge
+        # passes; the run's own record says it waited on other runs.
         ts.error = "cancelled before it started, while waiting for the runs it depends on (--after)"
     if waiting is not None and waiting.state == "pending":
         ts.reason, ts.expected_start = waiting.reason, waiting.start
@@ -209,7 +216,7 @@ def _one_task(info: RecordedRun, task: int, job_id: str, history: list[str],
     record = (sacct or {}).get(job_id) or (squeue or {}).get(job_id)
     if record is not None:
         ts.source = "sacct" if sacct and job_id in sacct else "squeue"
-        _from_scheduler(ts, record, (squeue or {}).get(job_id))
+        _from_scheduler(ts, record, (squeue or {}).get(job_id), info.depends)
     elif info.executor == "local" and local.controller_alive(job_id, info.run_dir) or \
             info.step and sacct is None and _step_alive(info, ended=bool(outcomes)):
         ts.state, ts.source = "running", "process"
