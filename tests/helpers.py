@@ -17,16 +17,18 @@ ROOT = Path(__file__).resolve().parent.parent
 SUBMIT = str(ROOT / "submit.py")
 
 
-def run_submit(args: list[str], cwd: Path, timeout: float = 300, env: dict[str, str] | None = None,
+def run_submit(args: list[str], cwd: Path, timeout: float = 800, env: dict[str, str] | None = None,
                stdin: str | None = None, unset: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
     """`python submit.py ARGS` with `cwd` as the working directory (its runs/ is where runs go), this
-    process's environment plus `env`, less the variables named in `unset`."""
+    process's environment plus `env`, less the variables named in `unset`. `timeout` is a ceiling for a
+    hung run, under pytest's own 900 s: the README's default job, 20 s alone, took 288 s beside eight
+    other heavy test files on a loaded 2-core machine."""
     full_env = {k: v for k, v in {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}.items() if k not in unset}
     return subprocess.run([sys.executable, SUBMIT, *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env=full_env, input=stdin if stdin is not None else "")
 
 
-def submit_job(folder: Path, job_yaml: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def submit_job(folder: Path, job_yaml: str, timeout: float = 800) -> subprocess.CompletedProcess[str]:
     """`python submit.py --job job.yaml --json` in `folder`, `job_yaml` written there as job.yaml (its runs go
     to folder/runs)."""
     (folder / "job.yaml").write_text(job_yaml)
