@@ -132,6 +132,9 @@ def _queue(sub: Submission, calls: list[Callable[[], Any]], chunk_size: int | No
     # raise quotes it (one line instead of two), and pass it on otherwise.
     # (SLURM only: the debug executor runs the task in this process, where pdb needs the terminal.)
     held = io.StringIO()
+    # sbatch --hold (launcher.cluster.slurm.sbatch.parameters) unless the user asked for the hold themselves.
+    held_by_us = (sub.executor == "slurm" and executor.parameters.get("additional_parameters", {}).get("hold") is True
+                  and "hold" not in sub.profile.sbatch_extra)
     holding = contextlib.redirect_stderr(held) if sub.executor == "slurm" else contextlib.nullcontext()
     copy = None
     if sub.profile.snapshot and sub.executor != "debug":  # debug runs in this process: its code is loaded
@@ -153,6 +156,8 @@ def _queue(sub: Submission, calls: list[Callable[[], Any]], chunk_size: int | No
                 jobs += queued
                 if on_queued is not None:
                     on_queued([str(j.job_id) for j in jobs])
+                if held_by_us:  # submitit has made these jobs' log folders (and moved their pickles) by now
+                    _release([str(j.job_id) for j in queued])
     except Exception as err:  # noqa: BLE001 - sbatch's refusal or submitit's own failure mid-way
         said, refused = joined_lines(str(err), type(err).__name__), _is_refusal(err)
         if not refused:  # a refusal is quoted in the error we raise; anything else is shown as it came
@@ -175,6 +180,20 @@ def _queue(sub: Submission, calls: list[Callable[[], Any]], chunk_size: int | No
         update_record(sub.run_dir, allocation={"job_id": sub.allocation.job_id, "pid": jobs[0].process.pid,
                                                "host": socket.gethostname()})
     return jobs
+
+
+def _release(job_ids: list[str]) -> None:
+    """`scontrol release` the jobs just queued held (an array by its base id), waiting out a controller
+    that does not answer. A job left held would wait for ever, so a release that fails is an error that
+    names the command to run."""
+    from launcher.cluster.slurm.controller import ask_until_answered
+
+    bases = distinct_bases(job_ids)
+    answer = ask_until_answered(["scontrol", "release", ",".join(bases)], dict(os.environ),
+                                f"job(s) {', '.join(bases)} are queued held until released")
+    if not answer.ok:
+        raise RuntimeError(f"job(s) {', '.join(bases)} were queued held and could not be released "
+                           f"({answer.error}); start them with `scontrol release {','.join(bases)}`")
 
 
 def _is_refusal(err: BaseException) -> bool:

@@ -169,7 +169,12 @@ def parameters(req: SlurmRequest) -> dict[str, Any]:
         "signal_delay_s": req.signal_delay_s, "setup": setup_lines(req) + before,
         "srun_args": [*SRUN_ARGS, *gpu_srun_args(req), *container_srun_args(req), *step_args(req)],
         "array_parallelism": req.array_parallelism,
-        "stderr_to_stdout": False, "additional_parameters": {"requeue": True, **req.sbatch_extra},
+        "stderr_to_stdout": False,
+        # --hold: SLURM 22.05 does not make the folder of --output, and submitit makes logs/<job id>/ (and
+        # moves an array task's pickle there) only after sbatch returns; a job the scheduler starts in those
+        # milliseconds dies unlogged ("Could not open stdout file", signal 53). The submitter releases the job
+        # once its files are in place (launcher.request.send). A step of an allocation is never queued.
+        "additional_parameters": {"requeue": True, **({} if req.step_name else {"hold": True}), **req.sbatch_extra},
         **({"teardown": after} if after else {}),
     }
     exclude = healing.exclude_value(req.sbatch_extra.get("exclude", ""), req.exclude)
