@@ -132,9 +132,9 @@ def _queue(sub: Submission, calls: list[Callable[[], Any]], chunk_size: int | No
     # raise quotes it (one line instead of two), and pass it on otherwise.
     # (SLURM only: the debug executor runs the task in this process, where pdb needs the terminal.)
     held = io.StringIO()
-    # sbatch --hold (launcher.cluster.slurm.sbatch.parameters) unless the user asked for the hold themselves.
-    held_by_us = (sub.executor == "slurm" and executor.parameters.get("additional_parameters", {}).get("hold") is True
-                  and "hold" not in sub.profile.sbatch_extra)
+    # Queued with sbatch --hold by launcher.cluster.slurm.sbatch.parameters (a user's own sbatch_extra hold
+    # replaces that True: such a job is theirs to release).
+    held_by_us = sub.executor == "slurm" and executor.parameters.get("additional_parameters", {}).get("hold") is True
     holding = contextlib.redirect_stderr(held) if sub.executor == "slurm" else contextlib.nullcontext()
     copy = None
     if sub.profile.snapshot and sub.executor != "debug":  # debug runs in this process: its code is loaded
