@@ -3,13 +3,12 @@
 SLURM 22.05 does not make the folder of `--output`, and submitit makes logs/<job id>/ only after sbatch
 returns. On an idle partition the scheduler started a job within a millisecond of sbatch, before that
 folder existed: slurmd could not open the job's stdout file, and the job ended FAILED (signal 53) with
-no log at all (a loaded CI run's test_clean_exit, job 66). Here the submitter is made slow at exactly
-that moment, in this process, and the job must wait for it, then run and log as usual."""
+no log at all (a loaded CI run's test_clean_exit, job 66). Here the controller is asked about the job at exactly
+that moment, in this process: it must be held, then run and log as usual."""
 
 from __future__ import annotations
 
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -29,15 +28,14 @@ def test_a_job_waits_held_until_its_log_folder_exists_then_runs_and_logs(
     make_folder = JobPaths.move_temporary_file
 
     def slowly(self: Any, tmp_path_: Any, name: str, keep_as_symlink: bool = False) -> None:
-        # What the controller says of the job while its log folder does not exist yet, then a pause
-        # long enough for an idle node to start a job that was not held (it took 1 ms in the failure).
+        # What the controller says of the job while its log folder does not exist yet: held, not merely
+        # pending (an unheld job on an idle node started 1 ms after sbatch in the failure).
         if seen:  # submitit moves the job's pickle there next, into the folder the first move made
             return make_folder(self, tmp_path_, name, keep_as_symlink)
         shown = subprocess.run(["scontrol", "-o", "show", "job", str(self.job_id)], capture_output=True,
                                text=True, timeout=60, check=False).stdout
         seen.update(field.split("=", 1) for field in shown.split() if "=" in field)
         seen["folder existed"] = str(self.folder.exists())
-        time.sleep(3)
         return make_folder(self, tmp_path_, name, keep_as_symlink)
 
     monkeypatch.setattr(JobPaths, "move_temporary_file", slowly)
