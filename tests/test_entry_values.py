@@ -160,10 +160,11 @@ def test_the_batch_script_is_checked_whole_before_sbatch_reads_it(capsys: pytest
     code, out, err = call(["--profile", "slurm-cpu", "--set", "profile.sbatch_extra.mail-type=END", "--dry-run",
                            "--json"], capsys)
     assert code == 0, err
-    script = json.loads(out.strip().splitlines()[-1])["sbatch_script"]
-    # The slurm-cpu request's parameters (launcher.cluster.slurm.sbatch.parameters), as submitit gets them.
-    params = {"job_name": "x", "time": 1, "nodes": 1, "ntasks_per_node": 1, "cpus_per_task": 1, "mem": "1M",
-              "partition": "p", "setup": [], "additional_parameters": {"requeue": True, "mail-type": "END"}}
+    shown = json.loads(out.strip().splitlines()[-1])
+    # The request's own parameters (launcher.cluster.slurm.sbatch.parameters), as submitit gets them:
+    # a copy written here would pass a script the request no longer makes.
+    script, params = shown["sbatch_script"], shown["executor_parameters"]
+    assert params["additional_parameters"]["mail-type"] == "END"
     check_script(script, params)
     lines = script.splitlines()
     header_end = max(i for i, line in enumerate(lines) if line.startswith("#SBATCH"))

@@ -94,6 +94,25 @@ def test_gpu_partition_maps_gpus(tmp_path: Path) -> None:
 
 @pytest.mark.slurm
 @on_cluster
+def test_no_daemon_listens_on_a_port_a_job_derives_for_its_rendezvous() -> None:
+    """Every job on this machine derives its MASTER_PORT in [PORT_BASE, PORT_BASE + PORT_SPAN): a daemon
+    there made a run's rank 0 fail with EADDRINUSE. The ports are read from the live controller."""
+    from trainer.distributed.environment import PORT_BASE, PORT_SPAN
+
+    shown = run("scontrol", "show", "config")
+    ports = {key: int(line.split("=")[1]) for line in shown.splitlines()
+             for key in ("SlurmctldPort", "AccountingStoragePort") if line.startswith(key + " ")}
+    for line in run("scontrol", "-o", "show", "node").splitlines():
+        fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+        ports[fields["NodeName"]] = int(fields["Port"])
+    ports["mariadb"] = config.MARIADB_PORT
+    assert len(ports) == 3 + len(node_states("cpu")) + len(node_states("gpu")), ports
+    inside = {name: port for name, port in ports.items() if PORT_BASE <= port < PORT_BASE + PORT_SPAN}
+    assert not inside, f"listening where jobs derive their rendezvous ports: {inside}"
+
+
+@pytest.mark.slurm
+@on_cluster
 def test_scontrol_show_hostnames_resolve_to_distinct_addresses() -> None:
     names = run("scontrol", "show", "hostnames", "cpu[1-2],gpu1").split()
     assert names == ["cpu1", "cpu2", "gpu1"]

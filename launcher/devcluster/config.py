@@ -3,10 +3,11 @@
 Topology: partition ``cpu`` (default) has nodes cpu1..cpuN (N <= 4) and
 partition ``gpu`` has gpu1..gpu2; every node claims CPUs=4, RealMemory=4000
 (``SlurmdParameters=config_overrides`` lets them claim more than the host has).
-Node cpuI listens on 127.0.1.I:16900+I, gpuJ on 127.0.1.(10+J):16910+J; the
+Node cpuI listens on 127.0.1.I:11900+I, gpuJ on 127.0.1.(10+J):11910+J; the
 names are added to /etc/hosts (lines ending in ``HOSTS_MARK``) so jobs can
 resolve each other's hostnames, e.g. for a torch.distributed MASTER_ADDR.
-slurmctld listens on 127.0.0.1:16817, slurmdbd on 16819, MariaDB on 13306.
+slurmctld listens on 127.0.0.1:11817, slurmdbd on 11819, MariaDB on 11306: all below the
+ports jobs derive for their rendezvous (paths.py says why).
 
 GPUs: a COUNT-ONLY GRES (``Gres=gpu:4`` and gres.conf ``Count=4`` without
 ``File=``) does NOT work in SLURM 22.05: slurmd's gres/gpu plugin logs
@@ -46,6 +47,7 @@ from launcher.devcluster.paths import (
     GPU_TYPE,
     GPUS_PER_NODE,
     MARIADB_PORT,
+    NODE_PORT_BASE,
     STATE_DIR,
     fake_gpu_dir,
     log_file,
@@ -80,9 +82,9 @@ class Spec:
     max_array_size: int
 
     def all_nodes(self) -> list[Node]:
-        cpu = [Node(f"cpu{i}", f"127.0.1.{i}", 16900 + i, 0) for i in range(1, self.nodes + 1)]
+        cpu = [Node(f"cpu{i}", f"127.0.1.{i}", NODE_PORT_BASE + i, 0) for i in range(1, self.nodes + 1)]
         gpu = [
-            Node(f"gpu{j}", f"127.0.1.{10 + j}", 16910 + j, GPUS_PER_NODE)
+            Node(f"gpu{j}", f"127.0.1.{10 + j}", NODE_PORT_BASE + 10 + j, GPUS_PER_NODE)
             for j in range(1, GPU_NODES + 1)
         ]
         return cpu + gpu

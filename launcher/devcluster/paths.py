@@ -30,9 +30,13 @@ STATE_DIR = Path(os.environ.get("DEV_CLUSTER_DIR") or PROJECT_ROOT / ".dev-clust
 
 CLUSTER_NAME = "devcluster"
 ACCOUNT = "dev"
-CTLD_PORT = 16817
-DBD_PORT = 16819
-MARIADB_PORT = 13306
+# Below trainer.distributed.environment's derived ports [12000, 32000): every job on this machine
+# derives its MASTER_PORT there, and a daemon on one of them made a run's rank 0 fail with
+# EADDRINUSE (gpu2's slurmd on 16912 = port_for_job('local:19387'), a CI run's local job).
+CTLD_PORT = 11817
+DBD_PORT = 11819
+MARIADB_PORT = 11306
+NODE_PORT_BASE = 11900  # cpuI on NODE_PORT_BASE + I, gpuJ on NODE_PORT_BASE + 10 + J
 DB_USER = "slurm"
 # Only reachable on 127.0.0.1 and stored in a mode-600 file, so a fixed
 # password is fine for a throwaway dev database.
