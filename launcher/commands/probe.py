@@ -81,6 +81,11 @@ def probe(args: argparse.Namespace) -> int:
           f"{'rank(s) under one torchrun per node' if torchrun else 'task(s)'}, "
           f"logs in {layout.job_log_dir(run_dir, str(job.job_id))}", flush=True)
     try:
+        job.wait()
+        # A task that lacks a package writes its report and ends without a result: its report is the
+        # answer, without submitit's wait for a result file that will not come (15 s for each result()).
+        if any(r.get("missing") for r in read_reports(reports_dir)):
+            raise RuntimeError("a task's interpreter lacks packages")
         reports = [job.task(k).result() for k in range(job.num_tasks)]
         if torchrun:  # a list of its ranks' reports per node task
             reports = [r for node in reports for r in node]

@@ -30,6 +30,9 @@ class TinyConfig:
     bad_node_file: str = ""  # a node that fails every rank on it from node_fault_at_step (tests/userpkg/faults.py)
     node_fault_at_step: int = 0
     signal_at_exit: str = ""  # e.g. "USR2": each rank ends by this signal after its result (a late time-limit warning)
+    # Trains on (`epochs` only a ceiling) until this file exists: a run that outlasts whatever a test waits for,
+    # however fast the machine. Every rank stops at the same step (they agree through one all-reduce a step).
+    until_file: str = ""
 
 
 def blobs(samples: int, seed: int = 0) -> TensorDataset:
@@ -64,6 +67,9 @@ def train(ctx: Context, config: TinyConfig) -> dict:
         loader = DataLoader(data, batch_size=config.batch_size, sampler=sampler, generator=torch.Generator())
         for x, y in loader:
             ctx.step_boundary(step)
+            if config.until_file and seen_by_a_rank(ctx, config.until_file):
+                total = step  # ends the epoch loop too
+                break
             faults.at_step(ctx, config.bad_node_file, config.node_fault_at_step, step)
             if config.fail_at_step and step == config.fail_at_step and ctx.rank == 0:
                 raise RuntimeError(f"failing on purpose at step {step} (config.fail_at_step)")
@@ -82,6 +88,13 @@ def train(ctx: Context, config: TinyConfig) -> dict:
     if ctx.is_main:
         torch.save(net.state_dict(), ctx.run_dir / "weights.pt")
     return {"accuracy": accuracy, "train_loss": loss.item(), "steps": step}
+
+
+def seen_by_a_rank(ctx: Context, path: str) -> bool:
+    seen = torch.tensor([float(os.path.exists(path))])
+    if ctx.distributed:
+        torch.distributed.all_reduce(seen, op=torch.distributed.ReduceOp.MAX)
+    return bool(seen.item())
 
 
 def plain(ctx):
