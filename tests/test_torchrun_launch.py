@@ -2,7 +2,7 @@
 processes, a c10d rendezvous on the first node, the job id as the run id (launcher/node/torchrun_task.py, torchrun_worker.py).
 
 On the dev cluster, 2 nodes x 2 processes (CPU, gloo), all runs at once: the built-in digits job
-(uninterrupted: the reference), a plain torchrun script, a 4-point sweep of a user's entrypoint (one array; each point trains with
+(uninterrupted: the reference), a plain torchrun script, a 2-point sweep of a user's entrypoint (one array; each point trains with
 world size 4 and reports every rank's place), a rank failing on the second node (fail-fast), and two
 runs interrupted beside the reference (exact resume): one requeued with `scontrol requeue` mid-run,
 one sent the stop signal (USR2, as SLURM sends it before the time limit) while torchrun starts.
@@ -38,7 +38,7 @@ def runs(slurm_cluster: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[
     (tmp / "plain.yaml").write_text(f"name: plain-script\nscript: {PLAIN_SCRIPT}\nargs: ['20']\n")
     (tmp / "sweep.yaml").write_text(SWEEP)
     # 4 runs of 2 x 2 CPUs fill the 4 CPU nodes: the failing run (timed) and the interrupted ones, which need
-    # more than one attempt, go first. The sweep's 4 jobs use the 2 GPU nodes' CPUs meanwhile (2 at a time).
+    # more than one attempt, go first. The sweep's 2 jobs use the 2 GPU nodes' CPUs meanwhile, side by side.
     cases = {
         # Rank 3 (on the second node) raises at step 2; the others would wait in the next all-reduce.
         "failing": ["--set", "job.epochs=50", "--set", "job.fail_at=2:3", "--set", "profile.max_failures=0"],
@@ -69,7 +69,8 @@ def runs(slurm_cluster: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[
 
 RESUMABLE = ["--set", "job.epochs=10", "--set", "profile.checkpoint_every_steps=5"]
 
-# A user's function (tiny's loop, 2 steps of 16 samples per rank), 4 points: one array of 4 jobs of 2 nodes.
+# A user's function (tiny's loop, 2 steps of 16 samples per rank), 2 points: one array of 2 jobs of 2 nodes
+# (2 points show the array as well as 4 did, and run in one round on the 2 GPU nodes: 4 took two rounds).
 SWEEP = """name: ranks-sweep
 entrypoint: "tests.userpkg.ranks:train"
 target_metric: accuracy
@@ -78,7 +79,7 @@ config:
   samples: 128
 sweep:
   grid:
-    config.lr: [0.05, 0.1, 0.2, 0.4]
+    config.lr: [0.1, 0.2]
 """
 
 
@@ -250,14 +251,14 @@ def test_a_sweep_of_an_entrypoint_is_one_array_and_every_point_trains_with_world
     proc, _ = runs["sweep"]
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     payload = last_json(proc.stdout)
-    assert payload["counts"] == {"completed": 4}, payload
+    assert payload["counts"] == {"completed": 2}, payload
     (array,) = {j.split("_")[0] for j in payload["job_ids"]}
-    assert sorted(payload["job_ids"]) == [f"{array}_{t}" for t in range(4)]
+    assert sorted(payload["job_ids"]) == [f"{array}_{t}" for t in range(2)]
     accounted = subprocess.run(["sacct", "-j", array, "-X", "-n", "-P", "-o", "JobID,State,NNodes"],
                                capture_output=True, text=True, check=True, timeout=30).stdout.split()
-    assert sorted(accounted) == [f"{array}_{t}|COMPLETED|2" for t in range(4)], accounted  # one array, 2 nodes each
+    assert sorted(accounted) == [f"{array}_{t}|COMPLETED|2" for t in range(2)], accounted  # one array, 2 nodes each
     run_dir = Path(payload["run_dir"])
-    for task in range(4):
+    for task in range(2):
         result = json.loads((run_dir / f"task-{task:04d}" / "result.json").read_text())
         assert result["world_size"] == 4 and result["steps"] == 2, result
         places = result["places"]  # what each rank's ctx said, gathered on rank 0
