@@ -17,41 +17,78 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "slurm: needs the SLURM dev cluster (python -m launcher.devcluster up)"
     )
     config.addinivalue_line(
-        "markers", "controller_outage: stops the dev cluster's slurmctld; tests/run_all.sh runs these alone, last"
+        "markers", "controller_outage: stops the dev cluster's slurmctld; tests/run_all.sh runs these last, serially"
+    )
+    config.addinivalue_line(
+        "markers", "beside_outage: never reaches SLURM; tests/run_all.sh runs these beside the controller_outage tests"
     )
 
 
-# The files that take longest (CI's --durations, seconds on a quiet 2-core machine: fixtures and calls
-# summed), run first. tests/run_all.sh runs two files at a time (--dist loadfile) in this order
-# (--no-loadscope-reorder: xdist would otherwise start the files with the most tests first, the quick
-# unit tests, and leave these one-to-three-test files of minutes each for the end, one worker idle).
-HEAVY_FIRST = (
-    "test_torchrun_launch.py",  # 320
-    "test_script_jobs.py",  # 300
-    "test_failfast.py",  # 330 once (its local sweep: 16 s alone, 240 s beside the torchrun sweep)
-    "test_requeue_slurm.py",  # 270
-    "test_user_code.py",  # 160
-    "test_notebook.py",  # 100-150 (one kernel, its runs side by side)
-    "test_notebook_slurm.py",  # 130
-    "test_snapshot.py",  # 160
-    "test_user_code_slurm.py",  # 150
-    "test_exact_resume.py",  # 145
-    "test_node_failure.py",  # 115
-    "test_sweep.py",  # 110
-    "test_user_api.py",  # 90
-    "test_thirdparty.py",  # 90
-    "test_local_runs.py",  # 80
-    "test_private_run_folders.py",  # 60
-    "test_launcher_layout.py",  # 50
+# tests/run_all.sh runs two workers (--dist loadgroup): each takes a whole work unit at a time (a file,
+# whose module fixtures and runs stay on one worker, or the group below), the next one in this order.
+#
+# SLURM_WAITS: files whose time is mostly waiting on SLURM (requeue delays, a node declared lost, a
+# controller that does not answer, a sweep's tasks in turn), one unit, first. One worker takes them
+# one after another, so that two of them never wait side by side while the CPUs idle (a quiet pass
+# at ada4c2f: 14% of the CPU time idle, up to 44% in a minute when two of these ran together); the
+# other worker fills their waits with the CPU-bound files. Seconds: CI's --durations on a quiet
+# 2-core machine, fixtures and calls summed.
+SLURM_WAITS = (
+    "test_self_healing.py",  # 240
+    "test_requeue_slurm.py",  # 185
+    "test_sweep.py",  # 155
+    "test_pool.py",  # 145
+    "test_user_code_slurm.py",  # 135
+    "test_node_failure.py",  # 130
+    "test_slurm_submit.py",  # 125
+    "test_notebook_slurm.py",  # 75
+    "test_controller_unreachable.py",  # 45
 )
-# (test_clean_exit.py, 130 s, is left for later on purpose: its 12 jobs at once start 24 ranks, which
+WAITS_GROUP = "slurm-waits"
+# Then the files that take longest, the slowest first (--no-loadscope-reorder: xdist would otherwise
+# start the units with the most tests first, the quick unit tests, and leave these one-to-three-test
+# files of minutes each for the end, one worker idle).
+HEAVY_FIRST = (
+    "test_torchrun_launch.py",  # 185 (its fixture: 8 SLURM jobs at once, while the cluster is free)
+    "test_script_jobs.py",  # 400
+    "test_exact_resume.py",  # 135
+    "test_notebook.py",  # 130 (one kernel, its runs side by side)
+    "test_failfast.py",  # 120 (its local sweep: 16 s alone, 240 s beside the torchrun sweep)
+    "test_snapshot.py",  # 120
+    "test_user_code.py",  # 115
+    "test_local_runs.py",  # 110
+    "test_user_api.py",  # 70
+    "test_thirdparty.py",  # 60
+    "test_launcher_layout.py",  # 45
+    "test_private_run_folders.py",  # 40
+)
+# Files that never reach SLURM, run by tests/run_all.sh beside the controller_outage tests (which stop
+# slurmctld for a minute and so run after every other SLURM test) instead of in the main pass: that
+# minute is then not a minute of an idle machine. About 80 s and 100 CPU s of local runs.
+BESIDE_OUTAGE = (
+    "test_broken_run_folders.py",
+    "test_progress.py",
+    "test_training_semantics.py",
+)
+CLUSTER_FIXTURES = ("slurm_cluster", "ssh_login")
+# (test_clean_exit.py, 100 s, is left for later on purpose: its 12 jobs at once start 24 ranks, which
 # starved the files beside it at the start, a time-limit test among them.)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the xdist_group marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """HEAVY_FIRST's files first, the rest as collected (a stable sort keeps each file's own order)."""
-    rank = {name: i for i, name in enumerate(HEAVY_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(HEAVY_FIRST)))
+    """SLURM_WAITS's files first as one xdist group, then HEAVY_FIRST's, then the rest as collected (a
+    stable sort keeps each file's own order); every other file is a group of its own."""
+    rank = {name: i for i, name in enumerate(SLURM_WAITS + HEAVY_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(WAITS_GROUP if item.path.name in SLURM_WAITS else item.path.name))
+        if item.path.name in BESIDE_OUTAGE:
+            reached = [name for name in CLUSTER_FIXTURES if name in getattr(item, "fixturenames", ())]
+            if reached:  # it would meet the stopped controller
+                raise pytest.UsageError(f"{item.nodeid} uses {reached[0]}: take its file out of "
+                                        "tests/conftest.py's BESIDE_OUTAGE")
+            item.add_marker(pytest.mark.beside_outage)
 
 
 @pytest.fixture(scope="session")

@@ -20,17 +20,28 @@ if ! [ -x /usr/sbin/sshd ] || ! command -v rsync >/dev/null || ! command -v setf
 fi
 python3 -m launcher.devcluster up --nodes 4
 trap 'python3 -m launcher.devcluster down' EXIT
-# Two workers, one test file each at a time (--dist loadfile keeps a file's module fixtures and its
-# runs on one worker): most of a SLURM test's time is the queue and the nodes' start-up, not this
-# machine's CPUs, so two files at once take about half the wall time. DDP_TEST_WORKERS=0 runs serially.
-# --no-loadscope-reorder: the files run in the order tests/conftest.py gives them (the slowest first).
+# Two workers, one test file each at a time (--dist loadgroup: tests/conftest.py makes each file a group,
+# which keeps its module fixtures and its runs on one worker, and the files that mostly wait on SLURM
+# one group, so that one worker's waits are the other's CPU time). DDP_TEST_WORKERS=0 runs serially.
+# --no-loadscope-reorder: the groups run in the order tests/conftest.py gives them (the slowest first).
 # Exit status 5 is "no test selected" (e.g. `-k local` leaves no controller_outage test): not a failure.
 passed() { [ "$1" -eq 0 ] || [ "$1" -eq 5 ]; }
 main=0
-python3 -m pytest -n "${DDP_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder -m "not controller_outage" "$@" \
-    || main=$?
-# The controller_outage tests stop the shared slurmctld for a minute: alone, after everything else, serially.
+python3 -m pytest -n "${DDP_TEST_WORKERS:-2}" --dist loadgroup --no-loadscope-reorder \
+    -m "not controller_outage and not beside_outage" "$@" || main=$?
+# The controller_outage tests stop the shared slurmctld for a minute: after every other SLURM test,
+# serially. Beside them, in a pytest of its own (its report printed after theirs), the files that never
+# reach SLURM (tests/conftest.py's BESIDE_OUTAGE), so that the minute without a controller is not a
+# minute of an idle machine.
+beside_log=$(mktemp)
+python3 -m pytest -p no:cacheprovider -m beside_outage "$@" > "$beside_log" 2>&1 &
+beside_pid=$!
 outage=0
 python3 -m pytest -m controller_outage "$@" || outage=$?
+beside=0
+wait "$beside_pid" || beside=$?
+cat "$beside_log"
+rm -f "$beside_log"
 passed "$main" || exit "$main"
 passed "$outage" || exit "$outage"
+passed "$beside" || exit "$beside"

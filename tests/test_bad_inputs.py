@@ -347,6 +347,17 @@ GPU_CASES = [
 ]
 
 ALL_CASES = [pytest.param(*c[1:], id=c[0]) for c in CASES + MORE_CASES + YAML_CASES + GPU_CASES]
+# Through `python submit.py`, as a user types it, without --dry-run: the core corpus, the YAML cases
+# (a bomb or a deep nesting must not take the process down) and the GPU/SLURM ones, and of MORE_CASES
+# those that meet the machine (file systems, devices, a profile file, a SLURM limit). The rest of
+# MORE_CASES are value ranges and --set spellings met by the same code in the same process: they run
+# in-process in tests/test_cli_in_process.py (every case there), which spares the suite about 120
+# interpreters (90 s of a worker on a quiet 2-core machine).
+MORE_THROUGH_SUBMIT = {"memory .nan on SLURM", "memory beyond SLURM", "lr .inf in a job file", "--set an undefined alias",
+                       "sbatch_extra in a profile file", "runs_dir deeper than PATH_MAX", "runs_dir on a read-only file system",
+                       "data_dir on a read-only file system", "job file is a folder", "profile is a device"}
+SUBMIT_CASES = [pytest.param(*c[1:], id=c[0]) for c in CASES + [c for c in MORE_CASES if c[0] in MORE_THROUGH_SUBMIT]
+                + YAML_CASES + GPU_CASES]
 
 
 def write(path: Path, text: str | bytes) -> str:
@@ -367,7 +378,12 @@ def test_a_job_file_with_a_byte_order_mark_is_read_as_utf8(tmp_path: Path) -> No
     assert "\n  name: café\n" in proc.stdout  # the dry run shows the name as written
 
 
-@pytest.mark.parametrize("files,args,expected", ALL_CASES)
+def test_the_cases_through_submit_py_are_named_as_in_the_corpus() -> None:
+    """A renamed case must not silently leave the subprocess run."""
+    assert MORE_THROUGH_SUBMIT <= {c[0] for c in MORE_CASES}
+
+
+@pytest.mark.parametrize("files,args,expected", SUBMIT_CASES)
 def test_bad_input_is_one_clear_line_and_exit_2(tmp_path: Path, files: dict[str, str], args: list[str],
                                                 expected: list[str]) -> None:
     paths = {name: write(tmp_path / name, text) for name, text in files.items()}

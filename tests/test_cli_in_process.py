@@ -3,7 +3,9 @@ bad input and dry runs of the shipped SLURM profiles, without SLURM and without 
 
 The subprocess tests (test_bad_inputs, test_dry_run_script) prove the same through `python submit.py`;
 these run the same argv in-process, so that the mutation run (tests/mutation.py) sees which of them
-reach each function of launcher/config and launcher/request and can run them for every mutant."""
+reach each function of launcher/config and launcher/request and can run them for every mutant. Every
+bad-input case runs here; test_bad_inputs sends most of them, not all (its SUBMIT_CASES), through a
+process of its own."""
 
 from __future__ import annotations
 
