@@ -44,6 +44,13 @@ SLURM_WAITS = (
     "test_notebook_slurm.py",  # 75
     "test_controller_unreachable.py",  # 45
 )
+# And single tests of other files that mostly wait on SLURM (none uses its file's module fixtures, which
+# would otherwise be set up on both workers): in the same group, after those files.
+SLURM_WAIT_TESTS = (
+    "test_script_jobs.py::test_init_script_on_two_dev_cluster_nodes_preempted_requeues_and_resumes_bitwise_identical",
+    "test_script_jobs.py::test_plain_script_on_two_dev_cluster_nodes_preempted_is_requeued_and_completes",
+    "test_snapshot.py::test_dev_cluster_job_edited_while_pending_and_requeued_runs_the_submitted_code",
+)
 WAITS_GROUP = "slurm-waits"
 # Then the files that take longest, the slowest first (--no-loadscope-reorder: xdist would otherwise
 # start the units with the most tests first, the quick unit tests, and leave these one-to-three-test
@@ -64,11 +71,10 @@ HEAVY_FIRST = (
 )
 # Files that never reach SLURM, run by tests/run_all.sh beside the controller_outage tests (which stop
 # slurmctld for a minute and so run after every other SLURM test) instead of in the main pass: that
-# minute is then not a minute of an idle machine. About 80 s and 100 CPU s of local runs.
+# minute is then not a minute of an idle machine. About 75 s and 80 CPU s of local runs.
 BESIDE_OUTAGE = (
     "test_broken_run_folders.py",
     "test_progress.py",
-    "test_training_semantics.py",
 )
 CLUSTER_FIXTURES = ("slurm_cluster", "ssh_login")
 # (test_clean_exit.py, 100 s, is left for later on purpose: its 12 jobs at once start 24 ranks, which
@@ -79,10 +85,15 @@ CLUSTER_FIXTURES = ("slurm_cluster", "ssh_login")
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """SLURM_WAITS's files first as one xdist group, then HEAVY_FIRST's, then the rest as collected (a
     stable sort keeps each file's own order); every other file is a group of its own."""
-    rank = {name: i for i, name in enumerate(SLURM_WAITS + HEAVY_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+    rank = {name: i for i, name in enumerate(SLURM_WAITS + SLURM_WAIT_TESTS + HEAVY_FIRST)}
+
+    def place(item: pytest.Item) -> int:
+        return rank.get(f"{item.path.name}::{item.name}", rank.get(item.path.name, len(rank)))
+
+    items.sort(key=place)
     for item in items:
-        item.add_marker(pytest.mark.xdist_group(WAITS_GROUP if item.path.name in SLURM_WAITS else item.path.name))
+        waits = place(item) < len(SLURM_WAITS) + len(SLURM_WAIT_TESTS)
+        item.add_marker(pytest.mark.xdist_group(WAITS_GROUP if waits else item.path.name))
         if item.path.name in BESIDE_OUTAGE:
             reached = [name for name in CLUSTER_FIXTURES if name in getattr(item, "fixturenames", ())]
             if reached:  # it would meet the stopped controller
