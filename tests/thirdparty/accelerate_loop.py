@@ -1,7 +1,7 @@
 """A Hugging Face accelerate script as its users write it, unchanged: `Accelerator()` and `prepare` on a
 model, an optimizer and a DataLoader of random data, a few steps. Every rank prints one JSON line.
 
-One line is not the script as most users write it, and any torch 2.14 script that wraps a model in DDP
+One line differs from what most users write, and any torch 2.14 script that wraps a model in DDP
 needs it, under torchrun too: `import torch.distributed.nn` before the process group forms. DDP's
 constructor imports torch._dynamo, which imports torch.distributed.nn, which binds the live default group
 into its functions' defaults; `destroy_process_group` (accelerate's `end_training`) can then never free
@@ -12,7 +12,7 @@ here (docs/scripts-environment.md)."""
 import json
 
 import torch
-import torch.distributed.nn  # noqa: F401  (see below)
+import torch.distributed.nn  # noqa: F401  (see the docstring)
 from accelerate import Accelerator
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
