@@ -63,7 +63,7 @@ HEAVY_FIRST = (
     "test_failfast.py",  # 120 (its local sweep: 16 s alone, 240 s beside the torchrun sweep)
     "test_snapshot.py",  # 120
     "test_user_code.py",  # 115
-    "test_local_runs.py",  # 110
+    "test_local_runs.py",  # 50
     "test_user_api.py",  # 70
     "test_thirdparty.py",  # 60
     "test_launcher_layout.py",  # 45
@@ -71,13 +71,16 @@ HEAVY_FIRST = (
 )
 # Files that never reach SLURM, run by tests/run_all.sh beside the controller_outage tests (which stop
 # slurmctld for a minute and so run after every other SLURM test) instead of in the main pass: that
-# minute is then not a minute of an idle machine. About 75 s and 80 CPU s of local runs.
+# minute is then not a minute of an idle machine. About 90 s and 110 CPU s of local runs (its run takes ~30 CPU s).
 BESIDE_OUTAGE = (
     "test_broken_run_folders.py",
     "test_progress.py",
+    "test_training_semantics.py",
 )
 CLUSTER_FIXTURES = ("slurm_cluster", "ssh_login")
-# (test_clean_exit.py, 100 s, is left for later on purpose: its 12 jobs at once start 24 ranks, which
+# The files whose tests carry the controller_outage marker (tests/test_suite_order.py checks it).
+OUTAGE_FILES = ("test_controller_restart.py",)
+# (test_clean_exit.py, 80 s, is left for later on purpose: its 8 jobs at once start 16 ranks, which
 # starved the files beside it at the start, a time-limit test among them.)
 
 
@@ -100,6 +103,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 raise pytest.UsageError(f"{item.nodeid} uses {reached[0]}: take its file out of "
                                         "tests/conftest.py's BESIDE_OUTAGE")
             item.add_marker(pytest.mark.beside_outage)
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """tests/run_all.sh's two pytests after the main pass select one marker each: they import only the
+    files that hold it. (Importing every test file takes each of them seconds of CPU, and those seconds
+    come between the main pass and the outage test, while nothing else runs.)"""
+    only = {"controller_outage": OUTAGE_FILES, "beside_outage": BESIDE_OUTAGE}.get(config.getoption("markexpr"))
+    if only is None or not collection_path.name.startswith("test_") or collection_path.suffix != ".py":
+        return None
+    return True if collection_path.name not in only else None
 
 
 @pytest.fixture(scope="session")

@@ -1,8 +1,8 @@
-"""Real runs of the embedded default and the other executors: local (2 processes), debug, torchrun."""
+"""Real runs of the executors: local (2 processes), debug. (The embedded default on 2 local ranks and the trainer
+under torchrun: tests/test_readme.py, which runs the README's own lines for them.)"""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -12,30 +12,6 @@ import pytest
 import torch
 
 from tests.helpers import ROOT, last_json, run_submit
-
-CONTRACT = ("run_dir", "world_size", "test_accuracy", "test_loss", "epochs", "images_per_second")
-
-
-def test_embedded_default_trains_digits_on_two_local_ranks(tmp_path: Path) -> None:
-    proc = run_submit(["--json"], cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    result = last_json(proc.stdout)
-    for key in CONTRACT:
-        assert key in result
-    assert result["world_size"] == 2
-    assert result["test_accuracy"] >= 0.97
-    run_dir = Path(result["run_dir"])
-    assert run_dir.parent == tmp_path / "runs"
-    assert "run folder" in proc.stdout and "test_accuracy" in proc.stdout
-    # The run folder holds the resolved config, per-task logs, metrics and the final weights.
-    for name in ("run.json", "profile.yaml", "job.yaml", "metrics.jsonl", "model_final.pt", "result.json"):
-        assert (run_dir / name).is_file(), name
-    epochs = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [e["epoch"] for e in epochs] == list(range(1, result["epochs"] + 1))
-    assert all({"train_loss", "images_per_second", "epoch_time_s"} <= set(e) for e in epochs)
-    assert "global_batch_size: 64" in (run_dir / "job.yaml").read_text()
-    logs = sorted(p.name for p in run_dir.glob("logs/*/*_log.out"))
-    assert len(logs) == 2, logs  # one log per rank
 
 
 def test_debug_executor_runs_in_process(tmp_path: Path) -> None:
@@ -63,18 +39,6 @@ def test_debug_executor_stops_at_a_breakpoint(tmp_path: Path) -> None:
                                                                             "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 0, proc.stderr
     assert "(Pdb)" in proc.stdout and "'single'" in proc.stdout
-
-
-def test_torchrun_runs_the_trainer_unchanged(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-         "-m", "trainer", "--job", "digits", "--run-dir", str(tmp_path / "run")],
-        cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    result = last_json(proc.stdout)
-    assert result["world_size"] == 2
-    assert result["test_accuracy"] >= 0.97
-    assert (tmp_path / "run" / "model_final.pt").is_file()
 
 
 def test_a_failing_rank_fails_the_run_with_exit_1_naming_the_rank(tmp_path: Path) -> None:

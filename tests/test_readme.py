@@ -5,12 +5,14 @@ new README command must be placed in one of them."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -122,11 +124,58 @@ def test_the_pip_line_is_the_one_run_all_installs() -> None:
     assert "." in readme_pip[readme_pip.index("-e") + 1:][:1] and "'.[test]'" in run_all
 
 
+@pytest.fixture(scope="module")
+def ran(copy: Path) -> Callable[[str], subprocess.CompletedProcess]:
+    """Each local command run once in the copy; the tests below that read a command's run folder share it."""
+    done: dict[str, subprocess.CompletedProcess] = {}
+
+    def run_once(command: str) -> subprocess.CompletedProcess:
+        if command not in done:
+            done[command] = run(command, copy)
+        return done[command]
+    return run_once
+
+
 @pytest.mark.parametrize("command", list(LOCAL))
-def test_a_local_readme_command_runs(command: str, copy: Path) -> None:
-    done = run(command, copy)
+def test_a_local_readme_command_runs(command: str, ran: Callable[[str], subprocess.CompletedProcess]) -> None:
+    done = ran(command)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert LOCAL[command] in done.stdout + done.stderr
+
+
+CONTRACT = ("run_dir", "world_size", "test_accuracy", "test_loss", "epochs", "images_per_second")
+
+
+def test_the_first_command_trains_the_embedded_default_on_two_local_ranks(
+        ran: Callable[[str], subprocess.CompletedProcess], copy: Path) -> None:
+    """`python submit.py`: digits on 2 local ranks, and a run folder that holds what the README says."""
+    done = ran("python submit.py")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    shown = re.search(r"^run folder: (\S+)$", done.stdout, flags=re.M)
+    assert shown and "test_accuracy" in done.stdout, done.stdout[-3000:]
+    run_dir = copy / shown.group(1)  # shown relative to where the user is, if below it
+    assert run_dir.parent == copy / "runs"
+    result = json.loads((run_dir / "result.json").read_text())
+    assert [key for key in CONTRACT if key not in result] == []
+    assert result["world_size"] == 2 and result["test_accuracy"] >= 0.97
+    # The resolved config, per-task logs, metrics and the final weights.
+    for name in ("run.json", "profile.yaml", "job.yaml", "metrics.jsonl", "model_final.pt", "result.json"):
+        assert (run_dir / name).is_file(), name
+    epochs = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [e["epoch"] for e in epochs] == list(range(1, result["epochs"] + 1))
+    assert all({"train_loss", "images_per_second", "epoch_time_s"} <= set(e) for e in epochs)
+    assert "global_batch_size: 64" in (run_dir / "job.yaml").read_text()
+    logs = sorted(p.name for p in run_dir.glob("logs/*/*_log.out"))
+    assert len(logs) == 2, logs  # one log per rank
+
+
+def test_torchrun_runs_the_trainer_unchanged(ran: Callable[[str], subprocess.CompletedProcess], copy: Path) -> None:
+    """The README's torchrun line: torchrun's own ranks, the same trainer, the same accuracy."""
+    done = ran("torchrun --standalone --nproc_per_node=2 -m trainer --job digits")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["world_size"] == 2 and result["test_accuracy"] >= 0.97
+    assert (copy / result["run_dir"] / "model_final.pt").is_file()  # runs/trainer, below the user's folder
 
 
 @pytest.mark.slurm

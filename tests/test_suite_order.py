@@ -22,3 +22,10 @@ def test_every_single_test_of_the_waits_group_exists() -> None:
         file, name = entry.split("::")
         assert file not in conftest.SLURM_WAITS  # the whole file is in the group already
         assert f"\ndef {name}(" in (TESTS / file).read_text(), entry
+
+
+def test_the_controller_outage_marker_is_only_in_the_files_named_for_it() -> None:
+    """run_all.sh's outage pytest imports only conftest.OUTAGE_FILES: a test marked elsewhere would never run."""
+    marked = sorted(path.name for path in TESTS.glob("test_*.py")
+                    if "pytest.mark.controller_outage" in path.read_text() and path.name != Path(__file__).name)
+    assert marked == sorted(conftest.OUTAGE_FILES)
