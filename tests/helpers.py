@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,16 @@ def run_submit(args: list[str], cwd: Path, timeout: float = 800, env: dict[str, 
     full_env = {k: v for k, v in {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}.items() if k not in unset}
     return subprocess.run([sys.executable, SUBMIT, *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env=full_env, input=stdin if stdin is not None else "")
+
+
+def run_submits(arg_lists: list[list[str]], cwd: Path, timeout: float = 800,
+                env: dict[str, str] | None = None) -> list[subprocess.CompletedProcess[str]]:
+    """run_submit of each ARGS, all at once, in one `cwd` (each run gets its own folder in runs/). A test that
+    compares a run with its uninterrupted twin starts both together: a lone 2-rank run leaves a core idle
+    for seconds at its start, at each requeue and at its end, which the other run then uses, and the test
+    takes the longer of the two runs, not their sum."""
+    with ThreadPoolExecutor(len(arg_lists)) as pool:
+        return list(pool.map(lambda args: run_submit(args, cwd, timeout, env), arg_lists))
 
 
 def submit_job(folder: Path, job_yaml: str, timeout: float = 800) -> subprocess.CompletedProcess[str]:

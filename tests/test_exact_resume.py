@@ -13,6 +13,8 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -97,13 +99,20 @@ LOCAL_JOB = "extends: digits\nname: digits-requeue\nepochs: 60\neval_every_epoch
 
 
 @pytest.fixture(scope="module")
-def local_reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The uninterrupted run (2 local ranks) every interrupted one must match."""
-    proc = submit_job(tmp_path_factory.mktemp("reference"), LOCAL_JOB, timeout=240)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = last_json(proc.stdout)
-    assert result["restarts"] == 0
-    return Path(result["run_dir"])
+def local_reference(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[], Path]]:
+    """The uninterrupted run (2 local ranks) every interrupted one must match, as a call that waits for it. It
+    starts with the first test that needs it and runs beside that test's own run (tests/helpers.py's
+    run_submits says why)."""
+    with ThreadPoolExecutor(1) as pool:
+        started = pool.submit(submit_job, tmp_path_factory.mktemp("reference"), LOCAL_JOB, 600)
+
+        def reference() -> Path:
+            proc = started.result()
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            result = last_json(proc.stdout)
+            assert result["restarts"] == 0
+            return Path(result["run_dir"])
+        yield reference
 
 
 def attempt_banners(run_dir: Path, rank: int) -> int:
@@ -112,7 +121,7 @@ def attempt_banners(run_dir: Path, rank: int) -> int:
 
 
 def test_local_run_interrupted_twice_requeues_and_ends_bitwise_identical(
-        tmp_path: Path, local_reference: Path) -> None:
+        tmp_path: Path, local_reference: Callable[[], Path]) -> None:
     # The interrupted run also feeds MLflow (its file store beside the run folders): one MLflow run across
     # the 3 attempts, the steps replayed after each resume not logged twice.
     (tmp_path / "job.yaml").write_text(LOCAL_JOB + "tracker: {mlflow: {}}\n")
@@ -129,8 +138,8 @@ def test_local_run_interrupted_twice_requeues_and_ends_bitwise_identical(
     assert [e["step"] for e in log if e["event"] == "stopped"] == [22, 700]
     assert all(e["requeued"] for e in log if e["event"] == "stopped")
     assert [e["step"] for e in log if e["event"] == "resumed"] == [22, 700]  # no step lost
-    assert same_weights(local_reference / "model_final.pt", run_dir / "model_final.pt")
-    assert metric_lines(local_reference) == metric_lines(run_dir)
+    assert same_weights(local_reference() / "model_final.pt", run_dir / "model_final.pt")
+    assert metric_lines(local_reference()) == metric_lines(run_dir)
     # Each restart's logs are kept: every rank's log holds all three attempts, one banner each.
     assert attempt_banners(run_dir, 0) == 3 and attempt_banners(run_dir, 1) == 3
     assert [r["step"] for r in metric_lines(run_dir)] == list(range(22, 22 * 61, 22))  # every epoch's end, once
@@ -144,7 +153,7 @@ def _popen_submit(args: list[str], cwd: Path) -> subprocess.Popen[str]:
 
 
 def test_a_stop_signal_sent_to_one_rank_from_outside_requeues_and_resumes_exactly(
-        tmp_path: Path, local_reference: Path) -> None:
+        tmp_path: Path, local_reference: Callable[[], Path]) -> None:
     (tmp_path / "job.yaml").write_text(LOCAL_JOB)
     proc = _popen_submit(["--job", "job.yaml", "--json"], tmp_path)
     with killed_at_exit(proc):
@@ -155,7 +164,7 @@ def test_a_stop_signal_sent_to_one_rank_from_outside_requeues_and_resumes_exactl
     (stopped,) = [e for e in events.read(run_dir) if e["event"] == "stopped"]
     (resumed,) = [e for e in events.read(run_dir) if e["event"] == "resumed"]
     assert stopped["step"] == resumed["step"] > 0 and stopped["requeued"]
-    assert same_weights(local_reference / "model_final.pt", run_dir / "model_final.pt")
+    assert same_weights(local_reference() / "model_final.pt", run_dir / "model_final.pt")
 
 
 def test_time_out_requeues_are_capped_by_the_profile(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import ROOT, last_json, run_submit
+from tests.helpers import ROOT, last_json, run_submit, run_submits
 
 
 def test_debug_executor_runs_in_process(tmp_path: Path) -> None:
@@ -49,21 +49,28 @@ def test_a_failing_rank_fails_the_run_with_exit_1_naming_the_rank(tmp_path: Path
     assert last_json(proc.stdout)["state"] == "FAILED"
 
 
-def _final_weights(tmp_path: Path, name: str, ranks: int, batch: int, train_size: int = 512) -> dict:
-    job = tmp_path / f"{name}.yaml"
-    job.write_text(f"name: {name}\nmodel: lenet\ndataset: synthetic-cifar10\nsynthetic_train_size: {train_size}\n"
-                   f"synthetic_test_size: 64\nepochs: 1\nbatch_size_per_rank: {batch}\nlr: 0.05\nmomentum: 0.9\n")
-    proc = run_submit(["--job", str(job), "--set", f"profile.tasks_per_node={ranks}", "--json"], cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    return torch.load(Path(last_json(proc.stdout)["run_dir"]) / "model_final.pt")
+def _final_weights(tmp_path: Path, runs: dict[str, tuple[int, int, int]]) -> dict[str, dict]:
+    """Each named run's final weights: (ranks, batch per rank, train size) of LeNet on synthetic CIFAR, all
+    run at once (tests/helpers.py's run_submits)."""
+    args = []
+    for name, (ranks, batch, train_size) in runs.items():
+        job = tmp_path / f"{name}.yaml"
+        job.write_text(f"name: {name}\nmodel: lenet\ndataset: synthetic-cifar10\nsynthetic_train_size: {train_size}\n"
+                       f"synthetic_test_size: 64\nepochs: 1\nbatch_size_per_rank: {batch}\nlr: 0.05\nmomentum: 0.9\n")
+        args.append(["--job", str(job), "--set", f"profile.tasks_per_node={ranks}", "--json"])
+    weights = {}
+    for name, proc in zip(runs, run_submits(args, cwd=tmp_path)):
+        assert proc.returncode == 0, proc.stderr
+        weights[name] = torch.load(Path(last_json(proc.stdout)["run_dir"]) / "model_final.pt")
+    return weights
 
 
 def test_ddp_averages_gradients_like_one_process_on_the_concatenated_batch(tmp_path: Path) -> None:
     """2 ranks x batch B for 8 steps == 1 process x batch 2B: DistributedSampler gives rank r the items
     r, r+2, ... of the epoch's permutation, so each step's union is the single process's batch."""
-    ddp = _final_weights(tmp_path, "ddp", ranks=2, batch=32)
-    single = _final_weights(tmp_path, "single", ranks=1, batch=64)
-    other = _final_weights(tmp_path, "half", ranks=1, batch=32, train_size=256)  # different data: must differ
+    # "half": different data, whose weights must differ.
+    runs = _final_weights(tmp_path, {"ddp": (2, 32, 512), "single": (1, 64, 512), "half": (1, 32, 256)})
+    ddp, single, other = runs["ddp"], runs["single"], runs["half"]
     for key in single:
         torch.testing.assert_close(ddp[key], single[key], rtol=1e-4, atol=1e-5)
     assert any(not torch.allclose(other[k], single[k], rtol=1e-3, atol=1e-4) for k in single)

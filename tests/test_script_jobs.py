@@ -16,7 +16,7 @@ import torch
 
 from tests.cifar_format import random_cifar10
 from tests.helpers import (ROOT, ended_after_one_requeue, killed_at_exit, last_json, preempt, rank_pid, run_submit,
-                           wait_until)
+                           run_submits, wait_until)
 from tests.test_exact_resume import _popen_submit
 from trainer.rank import events
 
@@ -102,9 +102,10 @@ def lenet_job(tmp_path: Path, cifar: Path) -> str:
 
 
 def test_lenet_entrypoint_requeued_mid_epoch_ends_bitwise_identical(tmp_path: Path, cifar: Path) -> None:
-    reference = run_submit(["--job", lenet_job(tmp_path, cifar), "--json"], cwd=tmp_path)
+    job = lenet_job(tmp_path, cifar)
+    reference, stopped = run_submits([["--job", job, "--json"], ["--job", job, "--set", "job.interrupt_at=5", "--json"]],
+                                     cwd=tmp_path)
     assert reference.returncode == 0, reference.stderr[-3000:]
-    stopped = run_submit(["--job", lenet_job(tmp_path, cifar), "--set", "job.interrupt_at=5", "--json"], cwd=tmp_path)
     assert stopped.returncode == 0, stopped.stderr[-3000:]
     ref, run = last_json(reference.stdout), last_json(stopped.stdout)
     assert run["restarts"] == 1 and run["steps"] == ref["steps"] == 8  # stopped mid-epoch 2
@@ -126,9 +127,9 @@ def weights_equal(a: Path, b: Path) -> bool:
 def test_init_script_stopped_mid_run_requeues_and_resumes_bitwise_identical(tmp_path: Path) -> None:
     # tests/userpkg/tiny.py through trainer.api.init(): 16 steps per epoch on 2 ranks, 3 epochs.
     (tmp_path / "user.yaml").write_text(f"name: user-script\nscript: {USER_SCRIPT}\nargs: ['3']\n")
-    reference = run_submit(["--job", "user.yaml", "--json"], cwd=tmp_path)
+    reference, proc = run_submits([["--job", "user.yaml", "--json"],
+                                   ["--job", "user.yaml", "--set", "job.interrupt_at=30", "--json"]], cwd=tmp_path)
     assert reference.returncode == 0, reference.stderr[-3000:]
-    proc = run_submit(["--job", "user.yaml", "--set", "job.interrupt_at=30", "--json"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     ref, result = last_json(reference.stdout), last_json(proc.stdout)
     assert result["restarts"] == 1 and result["restart_causes"] == {"preemption": 1}

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tests.helpers import last_json, run_submit
+from tests.helpers import last_json, run_submits
 from trainer.config.job import JobConfig, RunSettings
 from trainer.rank import checkpoint, rundir
 from trainer.runners.dispatch import run_job
@@ -46,10 +46,10 @@ def test_step_boundary_says_when_it_checkpointed_and_skips_a_step_already_checkp
 
 def test_per_rank_state_progress_and_print_on_two_local_ranks_requeued_mid_epoch(tmp_path: Path) -> None:
     (tmp_path / "perrank.yaml").write_text(JOB)
-    reference = run_submit(["--job", "perrank.yaml", "--json"], cwd=tmp_path)
-    assert reference.returncode == 0, reference.stderr[-3000:]
     # 2 ranks: 8 steps per epoch. Stopped mid-epoch: each rank's running loss must come back as its own.
-    proc = run_submit(["--job", "perrank.yaml", "--set", "job.interrupt_at=13", "--json"], cwd=tmp_path)
+    reference, proc = run_submits([["--job", "perrank.yaml", "--json"],
+                                   ["--job", "perrank.yaml", "--set", "job.interrupt_at=13", "--json"]], cwd=tmp_path)
+    assert reference.returncode == 0, reference.stderr[-3000:]
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = last_json(proc.stdout)
     assert result["restarts"] == 1 and result["steps"] == 24

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from tests.helpers import ROOT, last_json, run_submit
+from tests.helpers import ROOT, last_json, run_submit, run_submits
 from trainer.config.job import JobConfig, RunSettings
 from trainer.rank import events
 from trainer.rank.stopping import StopRequested
@@ -122,10 +122,10 @@ def test_user_function_requeued_twice_on_local_ranks_ends_bitwise_identical(tmp_
     (tmp_path / "tiny.yaml").write_text(JOB)
     # The stopped run also feeds MLflow (file store) and W&B (offline): one tracker run across its 3 attempts.
     (tmp_path / "tracked.yaml").write_text(JOB + TRACKED)
-    reference = run_submit(["--job", "tiny.yaml", "--json"], cwd=tmp_path)
+    reference, proc = run_submits([["--job", "tiny.yaml", "--json"],
+                                   ["--job", "tracked.yaml", "--set", "job.interrupt_at=10,30", "--json"]],
+                                  cwd=tmp_path, timeout=600, env={"MLFLOW_ALLOW_FILE_STORE": "true", "WANDB_SILENT": "true"})
     assert reference.returncode == 0, reference.stderr[-3000:]
-    proc = run_submit(["--job", "tracked.yaml", "--set", "job.interrupt_at=10,30", "--json"], cwd=tmp_path, timeout=600,
-                      env={"MLFLOW_ALLOW_FILE_STORE": "true", "WANDB_SILENT": "true"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = last_json(proc.stdout)
     assert result["restarts"] == 2
