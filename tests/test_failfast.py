@@ -61,6 +61,23 @@ def test_a_rank_that_raises_ends_the_local_run_fast_and_is_named_first(tmp_path:
     assert ended - failure_time(Path(result["run_dir"]), rank) < 60
 
 
+def test_a_rank_that_raised_and_died_before_reporting_is_named_not_the_peer_that_reported_first(tmp_path: Path) -> None:
+    """Rank 1 raises, is recorded, and its process ends before it reports; rank 0 then fails on the closed
+    connection and reports first (tests/userpkg/dies_reporting.py). `--wait` and `status` name rank 1 and its
+    exception, not rank 0's closed connection (seen in a quiet pass, by timing alone, with job.fail_at)."""
+    (tmp_path / "job.yaml").write_text('name: dies-reporting\nentrypoint: "tests.userpkg.dies_reporting:train"\n')
+    proc = run_submit(["--job", "job.yaml", "--json", *NO_TIMEOUTS], cwd=tmp_path, timeout=180)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stderr.startswith("error: the run failed on rank 1: ") and "bad batch on rank 1" in proc.stderr, \
+        proc.stderr[-3000:]
+    result = last_json(proc.stdout)
+    assert result["failed_rank"] == 1 and "bad batch on rank 1" in result["error"], result
+    run_dir = Path(result["run_dir"])
+    assert not list(run_dir.glob("logs/*/*_1_result.pkl"))  # rank 1 never reported: its record named it
+    row = last_json(run_submit(["status", str(run_dir), "--json"], cwd=tmp_path, timeout=60).stdout)
+    assert row["failed_rank"] == 1 and "bad batch on rank 1" in row["error"], row
+
+
 def sacct_end(job_id: str) -> tuple[str, float]:
     """(state, end time) of a finished job, once slurmdbd has it."""
     def ask() -> tuple[str, float] | None:

@@ -9,6 +9,8 @@ connections, collective timeouts, srun's kill-on-bad-exit); the node's torchrun 
 
 from __future__ import annotations
 
+import math
+
 # What a rank that died of a peer's failure reports ("exit code 143": srun's words for a task that ended on
 # the SIGTERM its --kill-on-bad-exit sends the peers of a dead rank; launcher.node.task.TERMINATED_EXIT_CODE).
 SYMPTOMS = ("timed out", "Timeout", "Connection closed", "Connection reset", "Broken pipe",
@@ -51,10 +53,11 @@ def root_cause_first(failures: list[Failure], first_dead: int | None = None,
 
     `first_dead` is the rank srun reported first (it outranks symptoms: a rank killed by a signal
     leaves no traceback of its own); `times`, when each rank failed (torchrun's notes,
-    launcher.cluster.rank_notes): among causes alike, the first to fail comes first, then the lowest rank."""
+    launcher.cluster.rank_notes; the ranks' own records, launcher.rundir.outcomes.raised_by_ranks): among causes
+    alike, the first to fail comes first (one whose time is unknown after those known), then the lowest rank."""
     def key(f: Failure) -> tuple[int, float, int]:
         symptom = is_symptom(f[2])
         rank = (1 if symptom else 0) if f[0] == first_dead else (2 if symptom else 0)
-        return (rank, (times or {}).get(f[0], 0.0), f[0])
+        return (rank, (times or {}).get(f[0], math.inf), f[0])
 
     return sorted(failures, key=key)

@@ -147,7 +147,7 @@ def wait_for_run(sub: Submission, job: Any, as_json: bool, verbose: bool = False
     policy = heal_policy(sub.request) if sub.request is not None and sub.executor == "slurm" else {}
     pending = LeaveOutWhilePending(policy, str(job.job_id)) if policy else None
     with echo or contextlib.nullcontext():
-        done = wait(job, retries=sub.profile.failures_allowed > 0, pending=pending)
+        done = wait(job, retries=sub.profile.failures_allowed > 0, pending=pending, run_dir=sub.run_dir)
     counted = restarts.read(sub.run_dir)
     job_id = str(job.job_id)
     if not done.ok:

@@ -20,7 +20,7 @@ from launcher.cluster.slurm import accounting, srun
 from launcher.cluster.slurm.controller import Outage, Unreachable
 from launcher.rundir import record, results
 from launcher.cluster.rank_notes import rank_failures, rank_notes
-from launcher.rundir.outcomes import error_text, succeeded
+from launcher.rundir.outcomes import error_text, raised_by_ranks, succeeded
 from launcher.rundir.record import RecordedRun
 from launcher.rundir.states import ACTIVE, TaskState, task_states
 from trainer.runners.envelope import RANK_NODES
@@ -131,14 +131,15 @@ def _settled(tasks: list[Any], retries: bool) -> bool:
 
 
 def wait(job: Any, poll_s: float = 1.0, force_every_s: float = 5.0, grace_s: float = 3.0,
-         retries: bool = False, pending: Callable[[], None] | None = None) -> Outcome:
+         retries: bool = False, pending: Callable[[], None] | None = None, run_dir: Path | None = None) -> Outcome:
     """Wait for every task of a submitit job; rank 0's result, with all ranks' node names.
 
     Ends as soon as every rank left a result file (`retries`: a successful one), or the scheduler says
     the job ended (asked every `force_every_s`, not on submitit's backoff of up to 10 minutes); ranks with
     no result then get `grace_s` for their file to appear before they are reported from srun's lines and
     their log. `pending`: called each such round the controller says the job is pending
-    (launcher.request.pending: a requeued job leaves a lost node out before it starts).
+    (launcher.request.pending: a requeued job leaves a lost node out before it starts). `run_dir`: where
+    the ranks record what they raised (launcher.rundir.outcomes.raised_by_ranks).
     """
     num_tasks = getattr(job, "num_tasks", 1)
     tasks = [job] if num_tasks <= 1 else [job.task(k) for k in range(num_tasks)]
@@ -179,7 +180,9 @@ def wait(job: Any, poll_s: float = 1.0, force_every_s: float = 5.0, grace_s: flo
         if named:
             return Outcome(None, root_cause_first(named, times=times))
         first_dead = srun_lines[0][0] if srun_lines else (failfast.failed if failfast else None)
-        return Outcome(None, root_cause_first(failures, first_dead))
+        if run_dir is not None:
+            failures, times = raised_by_ranks(failures, run_dir, set(range(len(tasks))) - {f[0] for f in failures})
+        return Outcome(None, root_cause_first(failures, first_dead, times=times))
     # torchrun shape: each node task returns one result for all its ranks, with their nodes.
     per_rank = [r.pop(RANK_NODES, None) if isinstance(r, dict) else None for r in returned]
     result = dict(returned[0])

@@ -1,5 +1,6 @@
 """How each rank of a job ended, from submitit's result pickles (in the torchrun shape, from the ranks'
-own notes: launcher.cluster.rank_notes), and which failure is the cause (the one rule:
+own notes: launcher.cluster.rank_notes; a rank stopped before it left its pickle, from its own record of
+what it raised: trainer.runners.failures), and which failure is the cause (the one rule:
 launcher.cluster.failures.root_cause_first)."""
 
 from __future__ import annotations
@@ -10,10 +11,12 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from launcher.cluster.failures import last_line, root_cause_first, traceback_body
+from launcher.cluster.failures import Failure, is_symptom, last_line, root_cause_first, traceback_body
 from launcher.cluster.rank_notes import rank_failures, rank_notes
 from launcher.rundir.layout import job_files, job_log_dir, result_pickle_names
+from launcher.rundir.record import read_optional
 from trainer.config.schema import ConfigError
+from trainer.rank.rundir import ERRORS_DIR
 from trainer.runners.envelope import RANK_NODES
 
 
@@ -83,12 +86,42 @@ def check_private(run_dir: Path, folder: Path) -> None:
 _CHECKED: set[str] = set()
 
 
-def failure_of(outcomes: dict[int, tuple[str, Any]], job_folder: Path | None = None) -> tuple[int, str] | None:
+def failure_of(outcomes: dict[int, tuple[str, Any]], job_folder: Path | None = None,
+               task_dir: Path | None = None) -> tuple[int, str] | None:
     """The failed rank and its one-line error, the root cause first (peers die of timeouts). In the
-    torchrun shape (`job_folder`'s rank notes) the ranks that failed under a node task, not the node."""
+    torchrun shape (`job_folder`'s rank notes) the ranks that failed under a node task, not the node;
+    otherwise with the ranks' own records in `task_dir` (raised_by_ranks)."""
     failures = [(task, *error_text(str(v))) for task, (kind, v) in outcomes.items() if kind != "success"]
     if not failures:
         return None
     named, times = rank_failures(rank_notes(job_folder)) if job_folder is not None else ([], {})
+    if not named and task_dir is not None:
+        succeeded = {task for task, (kind, _) in outcomes.items() if kind == "success"}
+        failures, times = raised_by_ranks(failures, task_dir, succeeded)
     rank, short, _ = root_cause_first(named or failures, times=times)[0]
     return rank, short
+
+
+def raised_by_ranks(failures: list[Failure], task_dir: Path,
+                    succeeded: set[int]) -> tuple[list[Failure], dict[int, float]]:
+    """`failures` with what each rank recorded itself (`task_dir`/errors/rank-N.json, written as the
+    exception left the function, before the rank reports it to submitit) where its failure is otherwise
+    only a symptom, and when each recorded rank failed (for root_cause_first). A rank that raised can be
+    stopped by the local fail-fast or srun's kill-on-bad-exit before it leaves its result: its peer, whose
+    connection to it closed, may report first, and without the record that closed connection, or "ended
+    without a result", would be all there is to tell them apart. (A rank that succeeded is not a failure
+    whatever an earlier attempt recorded.)"""
+    by_rank = {failure[0]: failure for failure in failures}
+    times: dict[int, float] = {}
+    for path in sorted(Path(task_dir, ERRORS_DIR).glob("rank-*.json")):
+        record = read_optional(path)
+        rank = record.get("rank") if isinstance(record, dict) else None
+        if not isinstance(rank, int) or isinstance(rank, bool) or rank in succeeded:
+            continue
+        text = str(record.get("traceback") or f"{record.get('type')}: {record.get('message')}")
+        if isinstance(record.get("time"), (int, float)) and not isinstance(record.get("time"), bool):
+            times[rank] = float(record["time"])
+        known = by_rank.get(rank)
+        if known is None or is_symptom(known[2]) and not is_symptom(text):
+            by_rank[rank] = (rank, last_line(text, "error"), text)
+    return sorted(by_rank.values()), times

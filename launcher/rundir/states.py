@@ -212,7 +212,8 @@ def _one_task(info: RecordedRun, task: int, job_id: str, history: list[str],
     # One listing of the job's log folder serves its pickles and its log times.
     files = job_files(info.run_dir, job_id) if finished is None else None
     outcomes = {0: ("success", finished)} if finished is not None else read_outcomes(info.run_dir, job_id, files)
-    failure = failure_of(outcomes, job_log_dir(info.run_dir, job_id) if files and TORCHRUN_DIR in files else None)
+    failure = failure_of(outcomes, job_log_dir(info.run_dir, job_id) if files and TORCHRUN_DIR in files else None,
+                         ts.task_dir)
     record = (sacct or {}).get(job_id) or (squeue or {}).get(job_id)
     if record is not None:
         ts.source = "sacct" if sacct and job_id in sacct else "squeue"
