@@ -62,7 +62,7 @@ def controller_back() -> None:
     spec = load_spec()
     assert spec is not None, "the dev cluster's spec is gone"
     if not running_pid("slurmctld"):
-        daemons.start_slurmctld()
+        daemons.start_slurmctld(spec)
     daemons.wait_nodes_ready(spec, timeout=240)
 
 
@@ -108,7 +108,7 @@ def test_a_run_survives_a_minute_without_slurmctld_and_wait_returns_0(slurm_clus
         assert proc.poll() is None, "--wait gave up while the controller was away"
         assert cancel.poll() is None, "cancel gave up while the controller was away"
         assert not results_left(run_dir), "the run ended before the controller came back"
-        daemons.start_slurmctld()
+        daemons.start_slurmctld(load_spec())
         back_after = time.monotonic() - stopped_at
         (waited / "controller-back").touch()  # the first run may end now; the second trains on until cancelled
 

@@ -130,7 +130,7 @@ def restore(node: str) -> None:
     assert spec is not None, "the dev cluster's spec is gone"
     if not running_pid(f"slurmd-{node}"):
         (wanted,) = [n for n in spec.all_nodes() if n.name == node]
-        started = daemons.slurmd_daemon(wanted)
+        started = daemons.slurmd_daemon(spec, wanted)
         daemons.start_daemon(dataclasses.replace(started, argv=[*started.argv, "-c"]))
     daemons.wait_nodes_ready(spec, timeout=120)
 

@@ -1,14 +1,16 @@
-"""A real multi-node SLURM 22.05 cluster on this one machine (a product tool).
+"""A real multi-node SLURM cluster on this one machine (a product tool): Debian 12's SLURM 22.05 by
+default, or Debian 13's 24.11 (``--slurm 24.11``).
 
 Usage (as root; the daemons, /etc/hosts and apt need it)::
 
-    python -m launcher.devcluster install          # apt-get the packages if missing
-    python -m launcher.devcluster up --nodes 4     # start (idempotent), wait for nodes
+    python -m launcher.devcluster install [--slurm 24.11]   # the packages if missing
+    python -m launcher.devcluster up --nodes 4 [--slurm 24.11]   # start (idempotent), wait for nodes
     python -m launcher.devcluster status           # exit 0 if up, 1 if not
     python -m launcher.devcluster env              # eval "$(... env)" for sinfo/sbatch
     python -m launcher.devcluster down             # stop everything it started
 
-Modules: ``paths`` (the state folder, settings, ClusterError), ``config`` (the
+Modules: ``paths`` (the state folder, settings, ClusterError), ``releases`` (which
+SLURM, and where its programs are: this machine's packages, or Debian 13's unpacked), ``config`` (the
 spec, slurm.conf/gres.conf/slurmdbd.conf, /etc/hosts), ``processes`` (pid
 files, starting and stopping), ``daemons`` (munge, MariaDB, slurmdbd,
 slurmctld, slurmd, accounting, node readiness), ``commands`` and ``cli`` (with
@@ -62,9 +64,10 @@ from launcher.devcluster.paths import (
     slurm_conf_path,
 )
 from launcher.devcluster.processes import running_pid
+from launcher.devcluster.releases import DEFAULT_RELEASE, RELEASES, Release, release
 
 __all__ = [
-    "ACCOUNT", "APT_PACKAGES", "CLUSTER_NAME", "CRED_EXPIRE_S", "CTLD_PORT", "ClusterError",
+    "ACCOUNT", "APT_PACKAGES", "DEFAULT_RELEASE", "RELEASES", "Release", "release", "CLUSTER_NAME", "CRED_EXPIRE_S", "CTLD_PORT", "ClusterError",
     "DAEMON_MARK_VAR", "DBD_PORT", "DEFAULT_MAX_ARRAY_SIZE", "GPU_NODES", "GPUS_PER_NODE",
     "HOSTS_FILE", "HOSTS_MARK", "MARIADB_PORT", "MAX_NODES", "Node", "OLD_HOSTS_MARKS",
     "PROJECT_ROOT", "READY_TIMEOUT_S", "REQUIRED_BINARIES", "STATE_DIR", "Spec",

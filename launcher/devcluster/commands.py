@@ -29,11 +29,22 @@ from launcher.devcluster.daemons import (
     unready,
     wait_nodes_ready,
 )
+from launcher.devcluster.releases import (
+    DEFAULT_RELEASE,
+    UNPACK_TOOLS,
+    Release,
+    link_clients,
+    release,
+    unlink_clients,
+    unpack,
+)
 from launcher.devcluster.paths import (
     COMMAND,
+    CRED_EXPIRE_S,
     DEFAULT_MAX_ARRAY_SIZE,
     STATE_DIR,
     ClusterError,
+    active_clients,
     client_env,
     slurm_conf_path,
 )
@@ -46,24 +57,44 @@ from launcher.devcluster.processes import (
     stop_daemon,
 )
 
-APT_PACKAGES = ["slurm-wlm", "slurmdbd", "munge", "mariadb-server"]
-REQUIRED_BINARIES = [
-    "slurmctld", "slurmd", "slurmdbd", "sbatch", "sinfo", "sacct", "sacctmgr",
-    "munged", "mungekey", "mariadbd", "mariadb-install-db", "mariadb", "mariadb-admin",
-]
+# The programs `up` runs, by the Debian package that has them: munge and MariaDB are this machine's for
+# every release; SLURM's own only for the release this machine's packages are (releases.py).
+HOST_PROGRAMS = {
+    "munged": "munge", "mungekey": "munge", "mariadbd": "mariadb-server", "mariadb-install-db": "mariadb-server",
+    "mariadb": "mariadb-server", "mariadb-admin": "mariadb-server",
+}
+SLURM_PROGRAMS = {
+    "slurmctld": "slurm-wlm", "slurmd": "slurm-wlm", "slurmdbd": "slurmdbd", "sbatch": "slurm-wlm",
+    "sinfo": "slurm-wlm", "sacct": "slurm-wlm", "sacctmgr": "slurm-wlm",
+}
+APT_PACKAGES = sorted({*HOST_PROGRAMS.values(), *SLURM_PROGRAMS.values()})
+REQUIRED_BINARIES = [*SLURM_PROGRAMS, *HOST_PROGRAMS]
 
 
-def missing_binaries() -> list[str]:
+def _programs(rel: Release) -> dict[str, str]:
+    """What `rel` needs from this machine's packages: program -> Debian package."""
+    return {**HOST_PROGRAMS, **(UNPACK_TOOLS if rel.unpacked else SLURM_PROGRAMS)}
+
+
+def missing_binaries(rel: Release | None = None) -> list[str]:
     path = os.environ.get("PATH", "") + ":/usr/sbin:/sbin"
-    return [b for b in REQUIRED_BINARIES if not shutil.which(b, path=path)]
+    return [b for b in _programs(rel or release(None)) if not shutil.which(b, path=path)]
 
 
-def install() -> None:
-    missing = missing_binaries()
-    if not missing:
-        print("slurm, slurmdbd, munge and mariadb are installed")
-        return
-    print(f"missing {missing}; installing {APT_PACKAGES}", flush=True)
+def install(slurm: str | None = None) -> None:
+    rel = release(slurm)
+    missing = missing_binaries(rel)
+    if missing:
+        packages = sorted({_programs(rel)[b] for b in missing})
+        print(f"missing {missing}; installing {packages}", flush=True)
+        _apt_install(packages)
+    else:
+        print(f"{', '.join(sorted(set(_programs(rel).values())))} are installed")
+    unpack(rel)
+    print(f"SLURM {rel.version} is ready: `{COMMAND} up --slurm {rel.version}`")
+
+
+def _apt_install(packages: list[str]) -> None:
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     # Keep the packages' init scripts from starting system-wide daemons on the
     # default ports; `up` runs its own copies.
@@ -74,7 +105,7 @@ def install() -> None:
         policy.chmod(0o755)
     try:
         subprocess.run(["apt-get", "update"], check=True, env=env)
-        subprocess.run(["apt-get", "install", "-y", *APT_PACKAGES], check=True, env=env)
+        subprocess.run(["apt-get", "install", "-y", *packages], check=True, env=env)
     finally:
         if own_policy:
             policy.unlink(missing_ok=True)
@@ -85,16 +116,24 @@ def _require_root() -> None:
         raise ClusterError("must run as root (daemons run as SlurmUser=root, /etc/hosts)")
 
 
-def up(nodes: int | None, max_array_size: int | None) -> None:
+def up(nodes: int | None, max_array_size: int | None, slurm: str | None = None,
+       cred_expire: int | None = None) -> None:
     _require_root()
-    if missing := missing_binaries():
-        raise ClusterError(f"missing {missing}: run `{COMMAND} install`")
     old = load_spec()
+    rel = release(slurm or (old.slurm if old else None))
+    if missing := missing_binaries(rel) + rel.missing():
+        flag = "" if rel.version == DEFAULT_RELEASE else f" --slurm {rel.version}"
+        raise ClusterError(f"missing {missing}: run `{COMMAND} install{flag}`")
     spec = Spec(
         nodes=nodes or (old.nodes if old else 2),
         max_array_size=max_array_size or (old.max_array_size if old else DEFAULT_MAX_ARRAY_SIZE),
+        slurm=rel.version,
+        cred_expire=cred_expire or (old.cred_expire if old else CRED_EXPIRE_S),
     )
     started = time.monotonic()
+    if old and old.slurm != spec.slurm:
+        _cancel_jobs()  # the other release's jobs: its daemons stop below (their configs change)
+    link_clients(rel)
     make_dirs(spec)
     make_fake_gpus()
     ensure_hosts(spec)
@@ -104,14 +143,14 @@ def up(nodes: int | None, max_array_size: int | None) -> None:
         stop_slurm()  # running daemons hold the old config
     if "slurmdbd" in changed:
         stop_daemon("slurmdbd")
-    start_mariadb()
+    start_mariadb(spec)
     start_munge()
-    start_slurmdbd()
+    start_slurmdbd(spec)
     register_accounting()
     start_slurm(spec)
     wait_nodes_ready(spec)
     names = ", ".join(n.name for n in spec.all_nodes())
-    print(f"SLURM dev cluster up in {time.monotonic() - started:.1f}s: {names}")
+    print(f"SLURM {rel.version} dev cluster up in {time.monotonic() - started:.1f}s: {names}")
     print(f"use it with: eval \"$({COMMAND} env)\"")
 
 
@@ -142,6 +181,7 @@ def down() -> None:
     # directly; found by our environment marker, never by process name.
     if leftovers := cluster_leftovers():
         kill_all(leftovers)
+    unlink_clients()
     print("SLURM dev cluster stopped")
 
 
@@ -172,5 +212,6 @@ def status() -> bool:
 
 
 def print_env() -> None:
-    for key, value in client_env().items():
-        print(f"export {key}={shlex.quote(value)}")
+    print(f"export SLURM_CONF={shlex.quote(client_env()['SLURM_CONF'])}")
+    if active_clients().is_dir():  # a release's own clients, ahead of this machine's
+        print(f'export PATH={shlex.quote(str(active_clients()))}:"$PATH"')

@@ -26,7 +26,7 @@ slurmctld/sacctmgr reach slurmdbd with the munge socket named by
 ``AccountingStoragePass``, not AuthInfo's ``socket=``. ``AuthInfo=cred_expire``
 must be >= 5 in 22.05 (smaller values are rejected and silently replaced by
 the default 120); a requeued job waits cred_expire+1 s before it may start
-again, so we use ``CRED_EXPIRE_S``.
+again, so we use ``CRED_EXPIRE_S`` unless `up --cred-expire` says otherwise.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ from launcher.devcluster.paths import (
     MARIADB_PORT,
     NODE_PORT_BASE,
     STATE_DIR,
+    ClusterError,
     fake_gpu_dir,
     log_file,
     munge_socket,
@@ -56,6 +57,7 @@ from launcher.devcluster.paths import (
     slurm_conf_path,
     spec_file,
 )
+from launcher.devcluster.releases import DEFAULT_RELEASE, Release, release
 
 HOSTS_FILE = Path("/etc/hosts")
 HOSTS_MARK = "# dev-cluster node (launcher/devcluster)"
@@ -80,6 +82,14 @@ class Spec:
 
     nodes: int
     max_array_size: int
+    slurm: str = DEFAULT_RELEASE  # the release (releases.py)
+    # AuthInfo's cred_expire: how long a requeued job waits before it may start again (SLURM's default
+    # is 120 s; `up --cred-expire 120` shows what a stock site's users wait).
+    cred_expire: int = CRED_EXPIRE_S
+
+    @property
+    def release(self) -> Release:
+        return release(self.slurm)
 
     def all_nodes(self) -> list[Node]:
         cpu = [Node(f"cpu{i}", f"127.0.1.{i}", NODE_PORT_BASE + i, 0) for i in range(1, self.nodes + 1)]
@@ -92,8 +102,10 @@ class Spec:
 
 def load_spec() -> Spec | None:
     try:
-        return Spec(**json.loads(spec_file().read_text()))
-    except (OSError, ValueError, TypeError):
+        spec = Spec(**json.loads(spec_file().read_text()))
+        spec.release  # noqa: B018 (a release this version does not know reads as no spec)
+        return spec
+    except (OSError, ValueError, TypeError, ClusterError):
         return None
 
 
@@ -103,14 +115,24 @@ def save_spec(spec: Spec) -> None:
 
 def make_dirs(spec: Spec) -> None:
     # 0755 everywhere: munged rejects a socket folder writable by others.
-    for sub in ["log", "run/own", "munge", "mariadb", "spool/slurmctld"]:
+    for sub in ["log", "run/own", "munge", "mariadb", f"{spool(spec)}/slurmctld"]:
         (STATE_DIR / sub).mkdir(mode=0o755, parents=True, exist_ok=True)
     for node in spec.all_nodes():
-        (STATE_DIR / "spool" / f"slurmd-{node.name}").mkdir(mode=0o755, exist_ok=True)
+        (STATE_DIR / spool(spec) / f"slurmd-{node.name}").mkdir(mode=0o755, exist_ok=True)
 
 
-def _auth_info() -> str:
-    return f"socket={munge_socket()},cred_expire={CRED_EXPIRE_S}"
+def spool(spec: Spec) -> str:
+    """The release's own spool folder, relative to the state folder: neither release reads the other's."""
+    return f"spool/{spec.release.version}"
+
+
+def database(spec: Spec) -> str:
+    """The release's own accounting database (slurmdbd upgrades a database in place, one way only)."""
+    return f"slurm_acct_db_{spec.release.state_tag()}"
+
+
+def _auth_info(spec: Spec) -> str:
+    return f"socket={munge_socket()},cred_expire={spec.cred_expire}"
 
 
 def render_slurm_conf(spec: Spec) -> str:
@@ -131,9 +153,9 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo={_auth_info()}
-StateSaveLocation={s}/spool/slurmctld
-SlurmdSpoolDir={s}/spool/slurmd-%n
+AuthInfo={_auth_info(spec)}
+StateSaveLocation={s}/{spool(spec)}/slurmctld
+SlurmdSpoolDir={s}/{spool(spec)}/slurmd-%n{_plugin_dir(spec)}
 SlurmctldPidFile={own_pid_file("slurmctld")}
 SlurmdPidFile={own_pid_file("slurmd-%n")}
 SlurmctldLogFile={log_file("slurmctld")}
@@ -202,11 +224,17 @@ def render_gres_conf(spec: Spec) -> str:
     return f"{GENERATED}\n" + "\n".join(lines) + "\n"
 
 
-def render_slurmdbd_conf() -> str:
+def _plugin_dir(spec: Spec) -> str:
+    """A PluginDir line (with its newline first) for a release unpacked under the state folder."""
+    folder = spec.release.plugin_dir()
+    return f"\nPluginDir={folder}" if folder else ""
+
+
+def render_slurmdbd_conf(spec: Spec) -> str:
     return f"""\
-{GENERATED}; slurmdbd demands mode 600.
+{GENERATED}; slurmdbd demands mode 600.{_plugin_dir(spec)}
 AuthType=auth/munge
-AuthInfo={_auth_info()}
+AuthInfo={_auth_info(spec)}
 DbdHost=localhost
 DbdAddr=127.0.0.1
 DbdPort={DBD_PORT}
@@ -219,7 +247,7 @@ StorageHost=127.0.0.1
 StoragePort={MARIADB_PORT}
 StorageUser={DB_USER}
 StoragePass={DB_PASS}
-StorageLoc=slurm_acct_db
+StorageLoc={database(spec)}
 """
 
 
@@ -235,7 +263,7 @@ def _write_if_changed(path: Path, text: str, mode: int = 0o644) -> bool:
 def write_configs(spec: Spec) -> set[str]:
     """Write all config files; return which groups of daemons must restart."""
     changed: set[str] = set()
-    if _write_if_changed(STATE_DIR / "slurmdbd.conf", render_slurmdbd_conf(), 0o600):
+    if _write_if_changed(STATE_DIR / "slurmdbd.conf", render_slurmdbd_conf(spec), 0o600):
         changed.add("slurmdbd")
     slurm = _write_if_changed(slurm_conf_path(), render_slurm_conf(spec))
     gres = _write_if_changed(STATE_DIR / "gres.conf", render_gres_conf(spec))

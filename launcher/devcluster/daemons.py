@@ -20,7 +20,7 @@ import subprocess
 import time
 from collections.abc import Callable
 
-from launcher.devcluster.config import Node, Spec
+from launcher.devcluster.config import Node, Spec, database
 from launcher.devcluster.paths import (
     ACCOUNT,
     CLUSTER_NAME,
@@ -91,7 +91,7 @@ def mariadb_daemon() -> Daemon:
     ])
 
 
-def start_mariadb() -> None:
+def start_mariadb(spec: Spec) -> None:
     init_mariadb()
     client = ["--no-defaults", f"--socket={mariadb_socket()}", "-uroot"]
     _start_and_wait(
@@ -101,7 +101,7 @@ def start_mariadb() -> None:
     )
     grants = "".join(
         f"CREATE USER IF NOT EXISTS '{DB_USER}'@'{host}' IDENTIFIED BY '{DB_PASS}';"
-        f"GRANT ALL ON slurm_acct_db.* TO '{DB_USER}'@'{host}';"
+        f"GRANT ALL ON {database(spec)}.* TO '{DB_USER}'@'{host}';"
         for host in ("127.0.0.1", "localhost")
     )
     run(["mariadb", *client], input=grants)
@@ -145,8 +145,8 @@ def start_munge() -> None:
     _start_and_wait(munged_daemon(), "munged to answer", _munge_works, 30)
 
 
-def slurmdbd_daemon() -> Daemon:
-    return Daemon("slurmdbd", ["slurmdbd", "-D"])
+def slurmdbd_daemon(spec: Spec) -> Daemon:
+    return Daemon("slurmdbd", [spec.release.daemon("slurmdbd"), "-D"])
 
 
 def _sacctmgr_list(entity: str, field: str, *filters: str) -> list[str]:
@@ -154,9 +154,9 @@ def _sacctmgr_list(entity: str, field: str, *filters: str) -> list[str]:
     return ["sacctmgr", "-n", "-P", "list", entity, *filters, f"format={field}"]
 
 
-def start_slurmdbd() -> None:
+def start_slurmdbd(spec: Spec) -> None:
     ready = _sacctmgr_list("cluster", "cluster")
-    _start_and_wait(slurmdbd_daemon(), "slurmdbd",
+    _start_and_wait(slurmdbd_daemon(spec), "slurmdbd",
                     lambda: port_open(DBD_PORT) and probe(ready) is not None, 60)
 
 
@@ -181,26 +181,29 @@ def register_accounting() -> None:
              f"Cluster={CLUSTER_NAME}"])
 
 
-def slurmctld_daemon() -> Daemon:
-    return Daemon("slurmctld", ["slurmctld", "-D", "-f", str(slurm_conf_path())])
+def slurmctld_daemon(spec: Spec) -> Daemon:
+    return Daemon("slurmctld", [spec.release.daemon("slurmctld"), "-D", "-f", str(slurm_conf_path())])
 
 
-def slurmd_daemon(node: Node) -> Daemon:
-    return Daemon(f"slurmd-{node.name}", ["slurmd", "-D", "-N", node.name,
-                                          "-f", str(slurm_conf_path())])
+def slurmd_daemon(spec: Spec, node: Node) -> Daemon:
+    rel = spec.release
+    # -d: the release's own slurmstepd (slurmd's compiled-in path is this machine's /usr/sbin one).
+    stepd = ["-d", rel.daemon("slurmstepd")] if rel.unpacked else []
+    return Daemon(f"slurmd-{node.name}", [rel.daemon("slurmd"), "-D", "-N", node.name,
+                                          "-f", str(slurm_conf_path()), *stepd])
 
 
-def start_slurmctld() -> None:
+def start_slurmctld(spec: Spec) -> None:
     """slurmctld, once it answers `scontrol ping` (also after a stop: it recovers its jobs from its
     StateSaveLocation, as after a maintenance restart)."""
-    _start_and_wait(slurmctld_daemon(), "slurmctld",
+    _start_and_wait(slurmctld_daemon(spec), "slurmctld",
                     lambda: probe(["scontrol", "ping"]) is not None, 60)
 
 
 def start_slurm(spec: Spec) -> None:
-    start_slurmctld()
+    start_slurmctld(spec)
     for node in spec.all_nodes():
-        start_daemon(slurmd_daemon(node))
+        start_daemon(slurmd_daemon(spec, node))
 
 
 def stop_slurm() -> None:

@@ -69,13 +69,23 @@ def slurm_conf_path() -> Path:
     return STATE_DIR / "slurm.conf"
 
 
+def active_clients() -> Path:
+    """While a release unpacked under the state folder is up: a link to its client commands' folder."""
+    return STATE_DIR / "bin"
+
+
 def client_env() -> dict[str, str]:
     """Env vars a SLURM client (sinfo, sbatch, sacct, ...) needs to use this cluster.
 
-    slurm.conf names the munge socket (AuthInfo) and the slurmdbd host, so
-    SLURM_CONF is all the clients need.
+    slurm.conf names the munge socket (AuthInfo) and the slurmdbd host, so SLURM_CONF is all the
+    clients need, and PATH when the release up is not this machine's own (releases.py).
     """
-    return {"SLURM_CONF": str(slurm_conf_path())}
+    env = {"SLURM_CONF": str(slurm_conf_path())}
+    if active_clients().is_dir():
+        path = os.environ.get("PATH", "")
+        first = str(active_clients())
+        env["PATH"] = path if path.split(":")[0] == first else f"{first}:{path}"
+    return env
 
 
 def spec_file() -> Path:
