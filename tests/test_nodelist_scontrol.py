@@ -47,7 +47,11 @@ PATTERNS = [
 
 # Malformed lists that scontrol rejects ("Invalid hostlist" / "Invalid range"); ours raises. (An
 # unclosed "n[1-3" is not here: scontrol 22.05 prints a garbled "n]" for it; ours raises too.)
-MALFORMED = ["n[3-1]", "n[a-b]", "n[1-3]]", "n[]", "n[1-2,]", "n[,1]", "n[-1]", "n[1,2 ,3]"]
+MALFORMED = ["n[3-1]", "n[a-b]", "n[]", "n[1-2,]", "n[,1]", "n[-1]", "n[1,2 ,3]"]
+# Malformed lists that one release's scontrol reads and another rejects: ours raises on every release.
+# "n[1-3]]": 22.05 says "Invalid hostlist"; 24.11 keeps the stray bracket in each name (n1], n2], n3]),
+# a name no node can have (SLURM's node names hold no brackets).
+LENIENT = {"n[1-3]]": ["n1]", "n2]", "n3]"]}
 
 
 def scontrol_hostnames(pattern: str) -> list[str] | None:
@@ -73,6 +77,13 @@ def test_python_expansion_matches_scontrol(slurm_cluster: Path, pattern: str) ->
 @pytest.mark.parametrize("pattern", MALFORMED)
 def test_malformed_lists_are_rejected_by_both(slurm_cluster: Path, pattern: str) -> None:
     assert scontrol_hostnames(pattern) is None, f"scontrol accepted {pattern!r}"
+    with pytest.raises(ValueError):
+        expand(pattern)
+
+
+@pytest.mark.parametrize("pattern", LENIENT)
+def test_lists_a_newer_scontrol_reads_leniently_are_rejected_by_ours(slurm_cluster: Path, pattern: str) -> None:
+    assert scontrol_hostnames(pattern) in (None, LENIENT[pattern])
     with pytest.raises(ValueError):
         expand(pattern)
 

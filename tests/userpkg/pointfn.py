@@ -48,10 +48,18 @@ def _steps(config: PointConfig, net: nn.Module, optimizer: torch.optim.Optimizer
     return float(loss.item())
 
 
-def reference(config: PointConfig) -> tuple[dict[str, torch.Tensor], float]:
-    """The point's final weights and loss, trained here without interruption."""
-    net, optimizer, x, y = _setup(config)
-    loss = _steps(config, net, optimizer, x, y, 0, lambda step: None, lambda step, value: None)
+def reference(config: PointConfig, threads: int = 1) -> tuple[dict[str, torch.Tensor], float]:
+    """The point's final weights and loss, trained here without interruption, on as many threads as a rank
+    has (the profiles' cpus_per_task: 1). A matrix product's sums are ordered by its thread count, so the
+    bits depend on it: with this process's own count (whatever the tests before it in this process set),
+    every point differed from its rank's in one pass of the suite."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        net, optimizer, x, y = _setup(config)
+        loss = _steps(config, net, optimizer, x, y, 0, lambda step: None, lambda step, value: None)
+    finally:
+        torch.set_num_threads(before)
     return net.state_dict(), loss
 
 
