@@ -284,7 +284,7 @@ def test_array_chunk_size_follows_the_clusters_max_array_size(slurm_cluster: Pat
     def chunk(*sets: str) -> int | None:
         resolved = resolve("dev-cluster", "digits", list(sets))
         profile = resolved.profile
-        return limits.check(slurm_request(profile, "digits"), profile.max_array_size, resolved.profile_source)
+        return limits.check(slurm_request(profile, "digits"), profile.max_array_size, resolved.profile_source).chunk
 
     # Array indices run to MaxArraySize - 1 and ours start at 0: MaxArraySize tasks fit in one array.
     assert chunk() == max_array

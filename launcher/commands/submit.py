@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from launcher.cluster import jobids
+from launcher.cluster.preflights import Answer
 from launcher.commands.console import EXIT_FAILED, EXIT_OK, emit, overrides_text, relative
 from launcher.request import executor
 from launcher.request.plan import Plan, new_run
@@ -74,17 +75,17 @@ def submit_new_run(args: argparse.Namespace, argv: list[str]) -> int:
 
 def execute(plan: Plan | SshPlan, dry: bool, as_json: bool, when: bool = False) -> int:
     """Check, then show, estimate or send: the one path of every submission."""
-    chunk = plan.chunk(dry or when)
+    answer = plan.preflight(dry or when)
     if when:  # (before a dry run: both queue nothing, and the estimate is what was asked)
         from launcher.commands.when import report
 
         return report(plan.sub, as_json)
     if dry:
-        return dry_run(plan, as_json, chunk)
-    return plan.send(chunk, as_json)
+        return dry_run(plan, as_json, answer)
+    return plan.send(answer, as_json)
 
 
-def dry_run(plan: Plan | SshPlan, as_json: bool, chunk: int | None = None) -> int:
+def dry_run(plan: Plan | SshPlan, as_json: bool, answer: Answer | None = None) -> int:
     """What would be sent, as data: the submission (and over SSH the commands that send it)."""
     sub = plan.sub
     description = sub.describe()
@@ -93,12 +94,15 @@ def dry_run(plan: Plan | SshPlan, as_json: bool, chunk: int | None = None) -> in
     # one: a 1,000-task sweep's description is what users wait for). Names as written: `café`, not `caf\xE9`.
     text += yaml.dump({k: v for k, v in description.items() if v is not None}, sort_keys=False,
                       allow_unicode=True, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper))
+    answer = answer or Answer()
     if sub.is_array:
-        text += sweep_listing(sub, chunk)
+        text += sweep_listing(sub, answer.chunk)
         description["task_dirs"] = [t.settings.run_dir for t in sub.tasks]
     if sub.executor == "slurm":
-        script = executor.sbatch_script(sub, chunk)
+        script = executor.sbatch_script(sub, answer)
+        description["slurm"] = answer.release.describe()
         description["sbatch_script"] = script
+        text += "\n# SLURM: " + "; ".join(f"{k} {v}" for k, v in description["slurm"].items())
         text += "\n# sbatch script (submitted with sbatch):\n" + script
     emit(text + "\nDry run: nothing was submitted.", {"dry_run": True, **description}, as_json)
     return EXIT_OK

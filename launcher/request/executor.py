@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from launcher.cluster.preflights import Answer
+from launcher.cluster.slurm import sbatch
 from launcher.request.submission import Submission
 from trainer.config.schema import ConfigError
 
 
-def make_executor(sub: Submission, script_only: bool = False) -> Any:
-    """The submitit executor for `sub`, with its parameters set; creating it queues nothing.
+def make_executor(sub: Submission, answer: Answer, script_only: bool = False) -> Any:
+    """The submitit executor for `sub`, with its parameters set, as the preflight's `answer` decides
+    them (the scheduler's release); creating it queues nothing.
 
     `script_only`: the executor only writes the sbatch script (--dry-run), so it may be made on a
     machine without `srun`; everything else is the same construction as for sending."""
@@ -37,7 +40,8 @@ def make_executor(sub: Submission, script_only: bool = False) -> Any:
             cls = executor_class()
             cls.held = sub.allocation
         executor = cls(folder, max_num_timeout=sub.max_num_timeout, python=sub.python)
-    executor.update_parameters(**sub.parameters)
+    parameters = sbatch.for_release(sub.parameters, answer.release) if sub.executor == "slurm" else sub.parameters
+    executor.update_parameters(**parameters)
     return executor
 
 
@@ -54,15 +58,16 @@ def _script_only_slurm_executor() -> type:
     return ScriptOnlySlurmExecutor
 
 
-def sbatch_script(sub: Submission, chunk_size: int | None = None) -> str:
+def sbatch_script(sub: Submission, answer: Answer | None = None) -> str:
     """The exact script `send` would pass to sbatch (for the first array, if it is split), for
     --dry-run and its recorded-file test. submitit builds it from the same executor parameters."""
     from launcher import submitit_private  # imports submitit: see make_executor
 
-    executor = make_executor(sub, script_only=True)
+    answer = answer or Answer()
+    executor = make_executor(sub, answer, script_only=True)
     if sub.jobs > 1:
         # What submitit sets on the array executor it makes for each batch of tasks.
-        executor.parameters["map_count"] = min(sub.jobs, chunk_size or sub.jobs)
+        executor.parameters["map_count"] = min(sub.jobs, answer.chunk or sub.jobs)
     text = submitit_private.submission_script(executor)
     check_script(text, executor.parameters)
     return text

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from launcher.cluster import preflights
 from launcher.remote import layout as remote_layout
 from launcher.remote import record, sync, transport
 from launcher.remote.cluster_side import ClusterSide, interpreter
@@ -87,11 +88,11 @@ class SshPlan:
         lines.append(f"# {len(lines)}. the submission below, as JSON on standard input: {shlex.join(conn.argv(command))}")
         return "\n".join(lines) + "\n"
 
-    def chunk(self, dry_run: bool) -> int | None:
-        """None: the cluster side asks its own SLURM (launcher.commands.receive)."""
-        return None
+    def preflight(self, dry_run: bool) -> preflights.Answer:
+        """Nothing asked here: the cluster side asks its own SLURM (launcher.commands.receive)."""
+        return preflights.Answer()
 
-    def send(self, chunk: int | None, as_json: bool) -> int:
+    def send(self, answer: preflights.Answer, as_json: bool) -> int:
         """Preflight, sync, record, ship; the cluster side's exit status."""
         conn = Connection(self.profile.login)
         folders = (*self.tool.folders(), *(self.project.folders() if self.project else ()))

@@ -148,23 +148,23 @@ class Plan:
         """What a dry run says first."""
         return ""
 
-    def chunk(self, dry_run: bool) -> int | None:
-        """The live preflight of the submission's scheduler (launcher.cluster.preflights); the array size
-        per sbatch (None: one sbatch, or not SLURM). A dry run still shows the script where the cluster
-        cannot be asked (a laptop)."""
+    def preflight(self, dry_run: bool) -> preflights.Answer:
+        """The live preflight of the submission's scheduler (launcher.cluster.preflights): the array size
+        per sbatch and the scheduler's release (an empty answer: not SLURM). A dry run still shows the
+        script where the cluster cannot be asked (a laptop)."""
         check_limits = preflights.scheduler_preflight(self.sub.executor)
         if check_limits is None:
-            return None
+            return preflights.Answer()
         return check_limits(self.sub.request, self.sub.profile.max_array_size, self.source, required=not dry_run,
                             tasks=self.sub.jobs)
 
-    def send(self, chunk: int | None, as_json: bool) -> int:
+    def send(self, answer: preflights.Answer, as_json: bool) -> int:
         """Queue it (launcher.request.send, loaded only now), then the verb's report."""
         from launcher.request import send
 
         self.prepare()
         sub = self.sub  # (prepare may have moved it to a free run folder name)
-        jobs = send.send(sub, chunk, on_queued=self.record)
+        jobs = send.send(sub, answer, on_queued=self.record)
         try:
             return self.report(jobs, as_json)
         finally:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.cluster.jobids import distinct_bases
+from launcher.cluster.preflights import Answer
 from launcher.cluster.failures import joined_lines
 from launcher.cluster.slurm.env import slurm_env
 from launcher.request.errors import PartiallySubmitted, SubmissionRefused
@@ -75,9 +76,10 @@ def submission_environment(slurm_conf: str, search_path: list[str] | None = None
         os.environ.update(saved)
 
 
-def send(sub: Submission, chunk_size: int | None = None,
+def send(sub: Submission, answer: Answer | None = None,
          on_queued: Callable[[list[str]], None] | None = None) -> list[Any]:
-    """Queue `sub`: one job, or one job array (split into arrays of at most `chunk_size` tasks).
+    """Queue `sub`, as the preflight's `answer` decides: one job, or one job array (split into arrays of at
+    most `answer.chunk` tasks).
 
     `on_queued(job ids so far)` runs the moment each sbatch returns, so a submission that fails
     part-way leaves a run folder that knows what was queued. If sbatch refuses the first job,
@@ -96,7 +98,7 @@ def send(sub: Submission, chunk_size: int | None = None,
         calls = [TorchrunTask(t.job, t.settings, sub.profile.tasks_per_node, str(sub.run_dir)) for t in sub.tasks]
     else:
         calls = [TrainTask(t.job, t.settings, str(sub.run_dir)) for t in sub.tasks]
-    return _queue(sub, calls, chunk_size, on_queued)
+    return _queue(sub, calls, answer or Answer(), on_queued)
 
 
 def send_probe(sub: Submission) -> Any:
@@ -108,13 +110,13 @@ def send_probe(sub: Submission) -> Any:
     if sub.profile.launch == "torchrun":
         from launcher.node.torchrun_task import TorchrunProbe
 
-        return _queue(sub, [TorchrunProbe(sub.profile.tasks_per_node)], None, None)[0]
-    return _queue(sub, [probe_task], None, None)[0]
+        return _queue(sub, [TorchrunProbe(sub.profile.tasks_per_node)], Answer(), None)[0]
+    return _queue(sub, [probe_task], Answer(), None)[0]
 
 
-def _queue(sub: Submission, calls: list[Callable[[], Any]], chunk_size: int | None,
+def _queue(sub: Submission, calls: list[Callable[[], Any]], answer: Answer,
            on_queued: Callable[[list[str]], None] | None) -> list[Any]:
-    executor = make_executor(sub)
+    executor = make_executor(sub, answer)
     if sub.executor == "slurm":  # the text sbatch will read, checked whole before anything is queued
         from launcher import submitit_private  # (imports submitit, as make_executor did)
 
@@ -146,7 +148,7 @@ def _queue(sub: Submission, calls: list[Callable[[], Any]], chunk_size: int | No
         local_env = sub.profile.env if sub.executor != "slurm" else {}
         with submission_environment(sub.slurm_conf, sub.search_path(), local_env, sub.executor == "local",
                                     sub.submit_dir, copy), holding:
-            size = chunk_size or len(calls)
+            size = answer.chunk or len(calls)
             for start in range(0, len(calls), size):
                 if len(calls) > 1:
                     with executor.batch():

@@ -1,4 +1,5 @@
-"""SLURM: the environment for its commands (`env`), the request and its sbatch parameters (`sbatch`),
+"""SLURM: the environment for its commands (`env`), the cluster's release and what depends on it
+(`release`), the request and its sbatch parameters (`sbatch`),
 the preflight against the live cluster (`limits`, with `capacity`: room in the queue, and `gres`: the
 nodes' GPUs), job states from sacct/squeue and scancel (`accounting`), a controller that does not
 answer (`controller`), what a job used (`usage`), srun's report lines (`srun`), the batch script's

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.cluster.failures import last_line
-from launcher.cluster.slurm import capacity, gres
+from launcher.cluster.preflights import Answer
+from launcher.cluster.slurm import capacity, gres, release
 from launcher.cluster.slurm.env import slurm_env
 from launcher.cluster.slurm.sbatch import SlurmRequest
 from trainer.config.schema import ConfigError
@@ -259,9 +260,10 @@ def check_setup_lines(request: SlurmRequest) -> None:
 
 
 def check(request: SlurmRequest, max_array_size: int | None, source: str, required: bool = True,
-          tasks: int = 1) -> int | None:
-    """Raise ConfigError for requests the cluster can never satisfy; return the array chunk size
-    (the most tasks one job array may hold: the profile's max_array_size, capped by the cluster's).
+          tasks: int = 1) -> Answer:
+    """Raise ConfigError for requests the cluster can never satisfy (and for a SLURM release older than
+    supported: `release.of`); answer the array chunk size (the most tasks one job array may hold: the
+    profile's max_array_size, capped by the cluster's) and the release, which decides what depends on it.
     `tasks` jobs must also fit in the queue now (`capacity`), so a sweep is refused whole, not in part.
 
     With `required=False` (--dry-run) a cluster that cannot be asked is noted on stderr and skipped,
@@ -269,15 +271,16 @@ def check(request: SlurmRequest, max_array_size: int | None, source: str, requir
     check_setup_lines(request)  # needs no cluster
     env = slurm_env(request.slurm_conf)
     try:
+        config_text = run_scontrol(["show", "config"], env, source)
+        found = release.of(config_text, run_scontrol(["--version"], env, source), source)
         partitions_text = run_scontrol(["show", "partition", "-o"], env, source)
         nodes_text = run_scontrol(["show", "node", "-o"], env, source)
-        config_text = run_scontrol(["show", "config"], env, source)
     except SlurmUnavailable as err:
         if required:
             raise
         print(f"note: preflight against the cluster skipped: {err}", file=sys.stderr)
-        return max_array_size
+        return Answer(max_array_size)
     check_request(request, parse_partitions(partitions_text, nodes_text), source)
     capacity.check_room(tasks, request.account, config_text, env, source)
     limits = [n for n in (max_array_size, max_array_tasks(config_text)) if n]
-    return min(limits) if limits else None
+    return Answer(min(limits) if limits else None, found)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from launcher.cluster.slurm import allocation, healing
+from launcher.cluster.slurm.release import Release
 from launcher.cluster.slurm.srun import SRUN_ARGS
 from trainer.config.schema import ConfigError
 from trainer.distributed import threads
@@ -192,6 +193,15 @@ def parameters(req: SlurmRequest) -> dict[str, Any]:
         # instead of keeping it pending for ever (reason DependencyNeverSatisfied).
         params["additional_parameters"]["kill_on_invalid_dep"] = "yes"
     return params
+
+
+def for_release(params: dict[str, Any], release: Release) -> dict[str, Any]:
+    """`params` as the cluster's release decides them (launcher.cluster.slurm.release): --requeue=expedite
+    where SLURM has it. A user's own sbatch_extra requeue stays as written."""
+    extra = params.get("additional_parameters") or {}
+    if not release.requeue or extra.get("requeue") is not True:
+        return params
+    return {**params, "additional_parameters": {**extra, "requeue": release.requeue}}
 
 
 def dependency(after: list[str]) -> str:
