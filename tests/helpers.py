@@ -18,6 +18,25 @@ ROOT = Path(__file__).resolve().parent.parent
 SUBMIT = str(ROOT / "submit.py")
 
 
+def sibling_venv(folder: Path, pip: bool = True) -> Path:
+    """A new virtual environment at `folder` that sees the packages of the interpreter running the tests (torch,
+    submitit: 2 GB not installed again), whether that interpreter is the machine's own or a virtual environment
+    itself. `--system-site-packages` reaches only the base interpreter's packages: from a venv (a user's, or
+    Debian's python3 made into one as PEP 668 asks) it would miss everything the suite installed, so this
+    interpreter's own site-packages are added by a .pth file. Its Python: `folder/bin/python`."""
+    import site
+    import sysconfig
+
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", *([] if pip else ["--without-pip"]),
+                    str(folder)], check=True, timeout=300)
+    if sys.prefix != sys.base_prefix:  # this interpreter is a venv's: its packages are not the system's
+        purelib = subprocess.run([str(folder / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path("
+                                  "'purelib'))"], capture_output=True, text=True, check=True).stdout.strip()
+        mine = dict.fromkeys([*site.getsitepackages(), sysconfig.get_path("purelib")])
+        Path(purelib, "_outer_venv.pth").write_text("".join(f"{p}\n" for p in mine))
+    return folder
+
+
 def run_submit(args: list[str], cwd: Path, timeout: float = 800, env: dict[str, str] | None = None,
                stdin: str | None = None, unset: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
     """`python submit.py ARGS` with `cwd` as the working directory (its runs/ is where runs go), this

@@ -119,12 +119,16 @@ def ensure_user(slurm_conf: Path) -> Path:
         # -p '*': no password, yet not "locked" (sshd without PAM refuses locked accounts even with a key).
         subprocess.run(["useradd", "-m", "-s", "/bin/bash", "-p", "*", USER], check=True)
         home = Path(pwd.getpwnam(USER).pw_dir)
-    # This machine's Python (and torch, submitit) must be reachable by the account: where it lives
-    # under a private home (pyenv in /root), grant that account alone the right to pass through.
-    for parent in Path(sys.executable).resolve().parents:
+    # The tests' own Python (and torch, submitit) must be reachable by the account: where it lives under a
+    # private home (pyenv in /root, a venv in a root's clone), grant that account alone the right to pass
+    # through, on the way to the venv and to the interpreter it links to.
+    here = Path(sys.executable).absolute()
+    for parent in dict.fromkeys([*here.parents, *here.resolve().parents]):
         if parent.stat().st_mode & 0o001 == 0 and shutil.which("setfacl"):
             subprocess.run(["setfacl", "-m", f"u:{USER}:x", str(parent)], check=True)
-    bin_dir = Path(sys.executable).resolve().parent
+    # Its own folder, unresolved: a venv's bin holds a link to the base interpreter, and that link (not the
+    # interpreter it names) is what makes `python3` there the venv's, with the venv's packages.
+    bin_dir = here.parent
     ssh_dir = home / ".ssh"
     ssh_dir.mkdir(mode=0o700, exist_ok=True)
     (ssh_dir / "environment").write_text(

@@ -1,27 +1,24 @@
 """The interpreter on the nodes: a profile naming a second virtual environment's Python runs the
 job with it, on the SLURM dev cluster and with the local executor (the task reports sys.executable).
 
-The second environment is a real `python -m venv --system-site-packages` (it reuses this machine's
-torch and submitit instead of installing 2 GB); what makes it different is its path, which is all
-the profile names.
+The second environment is a real `python -m venv` that sees the tests' own packages
+(tests.helpers.sibling_venv: it reuses their torch and submitit instead of installing 2 GB); what makes it
+different is its path, which is all the profile names.
 """
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import last_json, run_submit
+from tests.helpers import last_json, run_submit, sibling_venv
 
 
 @pytest.fixture(scope="module")
 def second_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    venv = tmp_path_factory.mktemp("second") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True,
-                   timeout=120)
+    venv = sibling_venv(tmp_path_factory.mktemp("second") / "venv", pip=False)
     python = venv / "bin" / "python"
     assert str(python) != sys.executable
     return python

@@ -22,6 +22,8 @@ README = (ROOT / "README.md").read_text()
 
 # Commands that cannot run here, and why.
 NOT_RUN = {
+    "python3 -m venv .venv": "tests/run_all.sh makes .venv itself where python3 is externally managed (PEP 668)",
+    ". .venv/bin/activate": "tests/run_all.sh activates .venv where it made or found one",
     "pip install torch==2.14.1 torchvision==0.29.1 -e .":
         "what tests/run_all.sh runs first (test_the_pip_line_is_the_one_run_all_installs checks they agree)",
     "bash tests/run_all.sh": "the test command itself",
@@ -136,8 +138,14 @@ def ran(copy: Path) -> Callable[[str], subprocess.CompletedProcess]:
     return run_once
 
 
+# Commands that read what another one made, in the order a reader runs them: each test runs those first (once).
+AFTER = {"python submit.py list": ("python submit.py",)}
+
+
 @pytest.mark.parametrize("command", list(LOCAL))
 def test_a_local_readme_command_runs(command: str, ran: Callable[[str], subprocess.CompletedProcess]) -> None:
+    for first in AFTER.get(command, ()):
+        assert ran(first).returncode == 0, first
     done = ran(command)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert LOCAL[command] in done.stdout + done.stderr

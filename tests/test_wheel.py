@@ -1,7 +1,7 @@
 """Installed as a user installs it: a wheel built from the checkout, in a fresh virtual environment,
 run from an empty folder outside the checkout through the `ddp-submit` console command.
 
-The virtual environment reuses the machine's torch (`--system-site-packages`) instead of
+The virtual environment reuses the tests' own torch (tests.helpers.sibling_venv) instead of
 downloading 2 GB; the project itself comes only from the wheel (checked: the modules load from the
 venv, not from the checkout or an editable install).
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT, last_json
+from tests.helpers import ROOT, last_json, sibling_venv
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +35,7 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
                     str(base / "dist"), str(source)], check=True, capture_output=True, timeout=300)
     (wheel,) = (base / "dist").glob("ddp_submit-*.whl")
-    env_dir = base / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(env_dir)], check=True, timeout=300)
+    env_dir = sibling_venv(base / "venv")
     subprocess.run([str(env_dir / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", "--no-index",
                     "--ignore-installed", str(wheel)], check=True, capture_output=True, timeout=300)
     return env_dir
