@@ -1,6 +1,7 @@
 """Benchmark: requeues and dead ranks on the SLURM dev cluster, end to end.
 
     python benchmarks/requeue.py [--checkpoint-every 50] [--skip time-limit]
+    python -m launcher.devcluster up --cred-expire 120 && python benchmarks/requeue.py   # a stock site's wait
 
 Each scenario submits the same job (LeNet on synthetic CIFAR-shaped data, 2 nodes x 1 rank,
 profile dev-cluster) with `submit.py --wait`, interrupts it while it trains, and reads the run's
@@ -14,12 +15,16 @@ event log (events.jsonl: "stopped", "started", "resumed" with their times and st
                   (its time is not known outside, so times are counted from the checkpoint)
   rank killed     `kill -9` of rank 1's process: the job must end (srun --kill-on-bad-exit); then
                   `submit.py --resume RUN` continues from the newest checkpoint
-  rank raises     `job.fail_at`: rank 1 raises; every rank must end
+  rank raises     `job.fail_at`: rank 1 raises; every rank must end, the batch script's retry step
+                  (launcher.heal) retries the job once, which fails the same way and ends
 
-Columns: signal -> checkpoint written; -> the job's next attempt started on the nodes; -> training
-resumed (checkpoint loaded); steps lost (step reached when interrupted - step resumed at); for dead
-ranks, how long until the job ended (sacct End) and until `submit.py --wait` returned.
-On this cluster a requeued job waits AuthInfo cred_expire (10 s) + 1 s before it may start again.
+Columns: signal -> checkpoint written; -> the job's next attempt started on the nodes (for a raising rank:
+from its error to the retry step's attempt); -> training resumed (checkpoint loaded); steps lost (step
+reached when interrupted - step resumed at); for dead ranks, how long until the job ended (sacct End) and
+until `submit.py --wait` returned.
+A requeued job waits the credential lifetime (AuthInfo cred_expire) + 1 s before it may start again on every
+SLURM before 25.11: the dev cluster's is 10 s, SLURM's default 120 s (`devcluster up --cred-expire 120`).
+The table's heading says which cluster, release and lifetime it measured.
 """
 
 from __future__ import annotations
@@ -169,14 +174,29 @@ def dead_rank_scenario(name: str, env: dict[str, str], checkpoint_every: int) ->
 
 
 def failing_rank_scenario(name: str, env: dict[str, str]) -> list[Any]:
+    """Rank 1 raises at step 300 on every attempt: the retry step retries the job once (a requeue), which
+    fails the same way. Times from the first error: the retry's attempt started, the job ended."""
     run = Run(name, ["fail_at=300:1"], env)
     job_id = run.job_id()
     code, _, _ = run.finish()
     log = next(run.run_dir.glob("logs/*/*_1_log.err")).read_text()
-    stamp = re.search(r"submitit ERROR \((\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+)\)", log)
-    failed = datetime.datetime.strptime(stamp.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp() if stamp else run.started
+    stamps = re.findall(r"submitit ERROR \((\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+)\)", log)
+    failed = datetime.datetime.strptime(stamps[0], "%Y-%m-%d %H:%M:%S,%f").timestamp() if stamps else run.started
+    started = run.events("started")
+    retried = f"{started[1]['time'] - failed:.1f} (retry step)" if len(started) > 1 else "- (not retried)"
     end = sacct_end(job_id)
-    return [f"{name} (exit {code})", "-", "-", "-", "-", seconds(end - failed), f"{(run.returned or 0) - failed:.1f}"]
+    return [f"{name} (exit {code})", "-", retried, "-", "-", seconds(end - failed),
+            f"{(run.returned or 0) - failed:.1f}"]
+
+
+def cluster_line(env: dict[str, str]) -> str:
+    """Which cluster was measured: its SLURM release and credential lifetime, as its controller says."""
+    config = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, env={**os.environ, **env},
+                            timeout=30, check=False).stdout
+    values = dict((k.strip(), v.strip()) for k, _, v in (line.partition("=") for line in config.splitlines()) if _)
+    lifetime = re.search(r"cred_expire=(\d+)", values.get("AuthInfo", ""))
+    return (f"SLURM {values.get('SLURM_VERSION', '?')}, cred_expire {lifetime.group(1) if lifetime else '120 (default)'} s"
+            f" (AuthInfo {values.get('AuthInfo', '?')})")
 
 
 def main() -> None:
@@ -204,6 +224,7 @@ def main() -> None:
     if "rank-raises" in todo:
         rows.append(failing_rank_scenario("rank 1 raises (fail_at)", env))
     print(common.load_note())
+    print(f"cluster: {cluster_line(env)}")
     print(common.table(["scenario", "signal->checkpoint s", "->next attempt started s", "->training resumed s",
                         "steps lost", "->job ended s", "->submit.py returned s"], rows))
 

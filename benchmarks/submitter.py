@@ -44,18 +44,11 @@ def timed(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float,
 
 
 def cluster_env() -> dict[str, str] | None:
-    proc = subprocess.run([sys.executable, "-m", "launcher.devcluster", "env"], capture_output=True, text=True,
-                          cwd=common.ROOT)
-    if proc.returncode != 0:
-        return None
-    env = {}
-    for line in proc.stdout.splitlines():
-        if line.startswith("export ") and "=" in line:
-            key, _, value = line[len("export "):].partition("=")
-            env[key] = value.strip("'\"")
-    up = subprocess.run([sys.executable, "-m", "launcher.devcluster", "status"], capture_output=True, text=True,
-                        cwd=common.ROOT)
-    return env if up.returncode == 0 and "cluster is UP" in up.stdout else None
+    """What SLURM's commands need to reach the dev cluster (SLURM_CONF, and PATH where the release up is not
+    this machine's own); None when it is not up."""
+    from launcher import devcluster  # (common put the project on sys.path)
+
+    return devcluster.client_env() if devcluster.is_up() else None
 
 
 @contextlib.contextmanager

@@ -22,6 +22,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "beside_outage: never reaches SLURM; tests/run_all.sh runs these beside the controller_outage tests"
     )
+    config.addinivalue_line(
+        "markers", "slurm_core: the SLURM-facing core (SLURM_CORE); tests/run_all.sh runs it again on the second release"
+    )
 
 
 # tests/run_all.sh runs two workers (--dist loadgroup): each takes a whole work unit at a time (a file,
@@ -78,6 +81,32 @@ BESIDE_OUTAGE = (
     "test_training_semantics.py",
 )
 CLUSTER_FIXTURES = ("slurm_cluster", "ssh_login")
+# The SLURM-facing core: what tests/run_all.sh runs again on the release the whole suite does not run on (Debian
+# 12's 22.05, the oldest supported; the whole suite runs on 24.11). A file, or one test of a file. What each
+# covers: the cluster itself and the release's reading (and the differences between releases: node lists,
+# the held start), multi-node submit and --wait, the preflight and the array split, requeue with bitwise
+# resume, a sweep's split array then a run --after it, the pool, the retry step leaving a bad node out,
+# accounting and run cost, --when, --in-allocation, --after a cancelled run, submission over SSH.
+SLURM_CORE = (
+    "test_slurm_cluster.py",
+    "test_slurm_release.py",
+    "test_nodelist_scontrol.py",
+    "test_held_until_logged.py",
+    "test_slurm_submit.py::test_digits_on_two_nodes_reaches_local_accuracy",
+    "test_slurm_submit.py::test_without_wait_returns_at_once_with_ids_and_logs",
+    "test_slurm_submit.py::test_preflight_refuses_requests_the_partition_cannot_satisfy",
+    "test_slurm_submit.py::test_array_chunk_size_follows_the_clusters_max_array_size",
+    "test_requeue_slurm.py::test_preemption_signal_then_scontrol_requeue_resume_exactly",
+    "test_sweep.py::test_split_array_of_multinode_tasks_then_a_run_after_it",
+    "test_pool.py",
+    "test_self_healing.py::test_a_node_that_fails_every_rank_on_it_is_left_out_and_the_run_completes_bitwise_equal",
+    "test_run_cost.py",
+    "test_when.py",
+    "test_in_allocation.py",
+    "test_operations.py::test_an_after_run_slurm_cancelled_before_it_started_says_so_whichever_record_slurm_gives",
+    "test_remote.py::test_digits_trains_on_two_nodes_through_the_login",
+    "test_remote.py::test_status_logs_and_list_from_the_laptop",
+)
 # The files whose tests carry the controller_outage marker (tests/test_suite_order.py checks it).
 OUTAGE_FILES = ("test_controller_restart.py",)
 # (test_clean_exit.py, 80 s, is left for later on purpose: its 8 jobs at once start 16 ranks, which
@@ -94,7 +123,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return rank.get(f"{item.path.name}::{item.name}", rank.get(item.path.name, len(rank)))
 
     items.sort(key=place)
+    core = set(SLURM_CORE)
     for item in items:
+        if item.path.name in core or f"{item.path.name}::{item.originalname}" in core:
+            item.add_marker(pytest.mark.slurm_core)
         waits = place(item) < len(SLURM_WAITS) + len(SLURM_WAIT_TESTS)
         item.add_marker(pytest.mark.xdist_group(WAITS_GROUP if waits else item.path.name))
         if item.path.name in BESIDE_OUTAGE:

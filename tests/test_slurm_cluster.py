@@ -121,6 +121,27 @@ def test_scontrol_show_hostnames_resolve_to_distinct_addresses() -> None:
     assert len(addrs) == 3 and all(a.startswith("127.0.1.") for a in addrs)
 
 
+@pytest.mark.slurm
+@on_cluster
+def test_the_cluster_runs_the_release_it_was_brought_up_with_and_its_commands_come_first(tmp_path: Path) -> None:
+    """`up --slurm R`: the controller is R, the commands a shell or a job finds first on PATH are R's, and only
+    an unpacked release links its commands into /usr/local/bin (22.05 is this machine's own /usr/bin)."""
+    from launcher.devcluster import load_spec, releases
+
+    spec = load_spec()
+    assert spec is not None
+    shown = run("scontrol", "show", "config")
+    controller = next(line for line in shown.splitlines() if line.startswith("SLURM_VERSION")).split("=")[1].strip()
+    assert controller.startswith(spec.slurm + "."), (controller, spec.slurm)
+    assert run("sbatch", "--version").split()[-1].startswith(spec.slurm + "."), "a client of another release"
+    linked = (releases.LINK_DIR / "sbatch").is_symlink()
+    assert linked == spec.release.unpacked
+    # And the batch script's own srun (a job's PATH is the submitter's): the same release.
+    out = tmp_path / "srun-version.out"
+    sbatch_wait(out, "--time=00:02:00", "--wrap", "srun --version")
+    assert out.read_text().split()[-1].startswith(spec.slurm + ".")
+
+
 OLD_MARK = "# dev-cluster node (tests/slurm_cluster.py)"
 
 

@@ -29,3 +29,12 @@ def test_the_controller_outage_marker_is_only_in_the_files_named_for_it() -> Non
     marked = sorted(path.name for path in TESTS.glob("test_*.py")
                     if "pytest.mark.controller_outage" in path.read_text() and path.name != Path(__file__).name)
     assert marked == sorted(conftest.OUTAGE_FILES)
+
+
+def test_every_test_of_the_slurm_core_exists_and_reaches_slurm() -> None:
+    """run_all.sh runs the core (`-m slurm_core`) on the second release: a renamed test would drop out of it."""
+    for entry in conftest.SLURM_CORE:
+        file, _, name = entry.partition("::")
+        text = (TESTS / file).read_text()
+        assert (f"\ndef {name}(" in text) if name else True, entry
+        assert "slurm" in text, entry  # (a file that never reaches the cluster proves nothing on a second release)
