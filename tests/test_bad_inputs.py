@@ -344,6 +344,18 @@ GPU_CASES = [
     ("unknown launch shape", {}, ["--set", "profile.launch=mpirun"], ["'launch'", "'mpirun'", "'torchrun'"]),
     ("sbatch_extra wait", {}, ["--profile", "dev-cluster", "--set", "profile.sbatch_extra.wait=x"],
      ["sbatch_extra.wait", "block"]),
+    # -- node lists, parsed at load by the one reader, counted before they are expanded (issue 43) --
+    ("exclude of 10^8 nodes", {}, ["--profile", "dev-cluster", "--set", "profile.sbatch_extra.exclude=cpu[1-100000000]"],
+     ["sbatch_extra.exclude", "100000000 hosts", "more than the 100000"]),
+    ("exclude of 10^6 nodes in two groups", {}, ["--profile", "dev-cluster", "--set",
+                                                 "profile.sbatch_extra.exclude=r[1-1000]n[1-1000]"],
+     ["sbatch_extra.exclude", "1000000 hosts"]),
+    ("nodelist with a shell character", {}, ["--profile", "dev-cluster", "--set", "profile.sbatch_extra.nodelist=cpu1;reboot"],
+     ["sbatch_extra.nodelist", "';' in node list item", "letters, digits"]),
+    ("exclude with a descending range", {}, ["--profile", "dev-cluster", "--set", "profile.sbatch_extra.exclude=cpu[3-1]"],
+     ["sbatch_extra.exclude", "descending range"]),
+    ("nodelist with an unclosed bracket", {}, ["--profile", "dev-cluster", "--set", "profile.sbatch_extra.nodelist=cpu[1-2"],
+     ["sbatch_extra.nodelist", "unbalanced '['"]),
 ]
 
 ALL_CASES = [pytest.param(*c[1:], id=c[0]) for c in CASES + MORE_CASES + YAML_CASES + GPU_CASES]

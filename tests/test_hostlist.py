@@ -31,3 +31,21 @@ def test_first_host_is_master() -> None:
 def test_malformed_lists_raise(bad: str) -> None:
     with pytest.raises(ValueError):
         first_host(bad)
+
+
+def test_a_list_is_counted_before_it_is_expanded() -> None:
+    """10^8 names (a typo of a range, or a hostile value) are refused at once, not built in memory."""
+    import time
+
+    began = time.perf_counter()
+    for huge in ("n[1-100000000]", "r[1-10000]n[1-10000]", "a[1-60000],b[1-60000]"):
+        with pytest.raises(ValueError, match="more than the 100000"):
+            expand(huge)
+    assert time.perf_counter() - began < 1.0
+    assert len(expand("n[1-100000]")) == 100000  # the bound itself is a list
+
+
+@pytest.mark.parametrize("hostile", ["n1;reboot", "n$(id)", "n`id`", "n1|n2", "n[1-2]/x", "n\x00", "ñ1"])
+def test_a_name_holds_only_what_slurm_node_names_hold(hostile: str) -> None:
+    with pytest.raises(ValueError, match="node names hold letters, digits"):
+        expand(hostile)

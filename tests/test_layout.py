@@ -34,7 +34,7 @@ ALLOWED: dict[str, set[str]] = {
     "launcher.heal": {"launcher.rundir", "launcher.cluster", "trainer.config", "trainer.distributed",
                       "trainer.rank"},  # the batch script's retry step (`python -m launcher.heal`)
     "launcher.cluster": {"trainer.config", "trainer.distributed"},
-    "launcher.config": {"trainer.config", "trainer.runners"},
+    "launcher.config": {"trainer.config", "trainer.runners", "trainer.distributed"},
     "launcher.submitit_private": set(),
     "launcher.filestamp": set(),  # "unchanged since last time": the snapshot's links and the SSH sync
     # The API: it starts the command line (`python -m launcher`); it reads a profile (is it `debug`?) and

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Literal, Optional, Union
 
 from launcher.config import destination, retry_keys, runner_keys, units
-from launcher.config.sbatch_options import modelled_sbatch_option, unsupported_sbatch_option
+from launcher.config.sbatch_options import check_sbatch_extra
 from trainer.config import values
 from trainer.config.files import FileKind, Renamed
 from trainer.config.lookup import CODE_ROOT
@@ -179,16 +179,7 @@ class Profile:
         for key in self.env:
             require(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key) is not None, f"env.{key}", key,
                     "a shell variable name (letters, digits, underscore)")
-        for key in self.sbatch_extra:
-            require(re.fullmatch(r"[a-z][a-z0-9-]*", key) is not None, f"sbatch_extra.{key}", key,
-                    "an sbatch long option name such as 'mail-type'")
-            unsupported = unsupported_sbatch_option(key)
-            require(unsupported is None, f"sbatch_extra.{key}", self.sbatch_extra[key],
-                    f"no value here: --{key} is not supported ({unsupported})")
-            modelled = modelled_sbatch_option(key)
-            require(modelled is None, f"sbatch_extra.{key}", self.sbatch_extra[key],
-                    f"no value here: --{key} would change {modelled}, which the profile sets (the trainer "
-                    f"expects the world size and paths the profile describes); set {modelled} instead")
+        check_sbatch_extra(self.sbatch_extra)
         # Every value that reaches the batch script, srun's or apptainer's arguments, or a path: the
         # one rule (trainer.config.values), checked here so that the error names the file it came from.
         # (`name` too: `status` and `list` print it, and trackers get it.)

@@ -4,6 +4,11 @@ commands that follow the job)."""
 
 from __future__ import annotations
 
+import re
+
+from trainer.config.schema import require
+from trainer.distributed import hostlist
+
 # sbatch options the profile models, and the profile key that sets each. An `sbatch_extra` line
 # for one of them would make SLURM start another world size, time limit or log path than the
 # trainer and the run folder expect. sbatch accepts unique prefixes of long options ("--node=3"),
@@ -44,6 +49,11 @@ UNSUPPORTED_SBATCH_OPTIONS = {
 }
 
 
+# sbatch options whose value is a node list: parsed when the profile is loaded (trainer.distributed.hostlist),
+# since the run reads them back (the nodes it may not leave out, the ones it must).
+NODE_LISTS = frozenset({"exclude", "nodelist"})
+
+
 def _lookup(table: dict[str, str], key: str) -> str | None:
     """table's entry for sbatch option --KEY or for the options KEY abbreviates (sbatch accepts
     unique prefixes of long options), None if none."""
@@ -61,3 +71,23 @@ def modelled_sbatch_option(key: str) -> str | None:
 def unsupported_sbatch_option(key: str) -> str | None:
     """Why sbatch option --KEY (or an abbreviation of one) cannot be used by any profile, None if it can."""
     return _lookup(UNSUPPORTED_SBATCH_OPTIONS, key)
+
+
+def check_sbatch_extra(extra: dict[str, str]) -> None:
+    """A profile's `sbatch_extra`: long option names, none that the profile models or that breaks the run, and
+    node lists that the one reader parses within its bounds. ConfigError naming `sbatch_extra.KEY`."""
+    for key, value in extra.items():
+        require(re.fullmatch(r"[a-z][a-z0-9-]*", key) is not None, f"sbatch_extra.{key}", key,
+                "an sbatch long option name such as 'mail-type'")
+        unsupported = unsupported_sbatch_option(key)
+        require(unsupported is None, f"sbatch_extra.{key}", value,
+                f"no value here: --{key} is not supported ({unsupported})")
+        modelled = modelled_sbatch_option(key)
+        require(modelled is None, f"sbatch_extra.{key}", value,
+                f"no value here: --{key} would change {modelled}, which the profile sets (the trainer "
+                f"expects the world size and paths the profile describes); set {modelled} instead")
+        if key in NODE_LISTS:
+            try:
+                hostlist.expand(value)
+            except ValueError as err:
+                require(False, f"sbatch_extra.{key}", value, f"a SLURM node list such as 'cpu[1-3],gpu2' ({err})")

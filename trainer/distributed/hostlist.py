@@ -1,18 +1,66 @@
-"""Expand SLURM node lists ("gpu-[01-03,7],login2") in Python, as `scontrol show hostnames` does.
+"""Expand SLURM node lists ("gpu-[01-03,7],login2") in Python, as `scontrol show hostnames` does: the one
+reader of node lists, wherever one comes from (SLURM's variables and answers, a profile's `sbatch_extra`
+exclude and nodelist, a run's records).
 
 Ranks derive MASTER_ADDR from the first host without shelling out to scontrol, which may be
-missing inside containers and costs a fork per rank.
+missing inside containers and costs a fork per rank. A list is counted before it is expanded: one of more
+than MAX_HOSTS names ("n[1-100000000]", a typo or a hostile value) is refused, not built in memory; and a
+name holds only what SLURM's node names hold (letters, digits, `-`, `_`, `.`).
 """
 
 from __future__ import annotations
 
+import re
 
-def expand(nodelist: str) -> list[str]:
-    """All host names of a SLURM node list, in order."""
+# More nodes than any cluster has (the largest run tens of thousands): a list longer than this is refused.
+MAX_HOSTS = 100_000
+_NAME_PART = re.compile(r"[A-Za-z0-9._-]*")
+
+
+def expand(nodelist: str, limit: int = MAX_HOSTS) -> list[str]:
+    """All host names of a SLURM node list, in order; ValueError for a malformed list or one of more than
+    `limit` names (counted before anything is expanded)."""
+    items = _split_top_level(nodelist.strip())
+    total = sum(_count_item(item) for item in items)
+    if total > limit:
+        raise ValueError(f"node list {_shown(nodelist)} names {total} hosts, more than the {limit} a list may name")
     hosts: list[str] = []
-    for item in _split_top_level(nodelist.strip()):
+    for item in items:
         hosts.extend(_expand_item(item))
     return hosts
+
+
+def _shown(text: str) -> str:
+    return repr(text if len(text) <= 80 else text[:77] + "...")
+
+
+def _count_item(item: str) -> int:
+    """How many names `item` expands to, from its bracket groups' sizes (checked as `_expand_item` does)."""
+    count, rest = 1, item
+    while "[" in rest:
+        prefix, _, rest = rest.partition("[")
+        _check_name(prefix, item)
+        group, closed, rest = rest.partition("]")
+        if not closed:
+            raise ValueError(f"unbalanced '[' in node list item {item!r}")
+        count *= sum(_range_size(part, item) for part in group.split(","))
+    _check_name(rest, item)
+    return count
+
+
+def _check_name(text: str, item: str) -> None:
+    if not _NAME_PART.fullmatch(text):
+        bad = next(ch for ch in text if not _NAME_PART.fullmatch(ch))
+        raise ValueError(f"{bad!r} in node list item {_shown(item)}: node names hold letters, digits, '-', '_', '.'")
+
+
+def _range_size(part: str, item: str) -> int:
+    lo, sep, hi = part.partition("-")
+    if not lo.isdigit() or (sep and not hi.isdigit()):
+        raise ValueError(f"bad range {part!r} in node list item {_shown(item)}")
+    if sep and int(hi) < int(lo):
+        raise ValueError(f"descending range {part!r} in node list item {_shown(item)}")
+    return int(hi) - int(lo) + 1 if sep else 1
 
 
 def first_host(nodelist: str) -> str:
