@@ -1,9 +1,23 @@
 """Job ids as the run folder records them: "12" (a job or a local controller's pid), "12_3" (task 3
-of array 12). The one place that splits and expands them."""
+of array 12), "DEBUG_12" (a debug run's). The one place that reads, splits and expands them."""
 
 from __future__ import annotations
 
 import re
+
+# What a run folder records as a job id (a run's records are read back into dependencies and scancel).
+RECORDED = r"(\d{1,20}(_\d{1,10})?|DEBUG_\d{1,20})?"
+SLURM = r"\d{1,20}(_\d{1,10})?"
+
+
+def recorded(job_id: str) -> bool:
+    """Whether `job_id` is one a run folder may hold ("" too: a task never queued)."""
+    return re.fullmatch(RECORDED, job_id) is not None
+
+
+def is_slurm(job_id: str) -> bool:
+    """Whether `job_id` is a SLURM job or array task id ("12", "12_3")."""
+    return re.fullmatch(SLURM, str(job_id)) is not None
 
 
 def base_id(job_id: str) -> str:

@@ -17,7 +17,7 @@ from typing import Any
 
 from launcher.cluster import preflights
 from launcher.cluster.slurm import allocation
-from launcher.cluster.jobids import distinct_bases
+from launcher.cluster.jobids import distinct_bases, is_slurm
 from launcher.config import checks
 from launcher.config.after import dependency
 from launcher.config.after import split as split_after
@@ -217,6 +217,11 @@ def _job_ids_of(after: str, login: str = "") -> list[str]:
         raise ConfigError(f"--after {run_dir}: not a run folder (no readable {layout.RUN_FILE})")
     info = record.load_run(run_dir)
     ids = [str(i) for i in info.record.get("job_ids") or []]
+    executor = info.record.get("executor")
+    if executor != "slurm" or not all(is_slurm(i) for i in ids):
+        raise ConfigError(f"--after {run_dir}: that run ran on the {executor} executor, not as SLURM jobs (its ids "
+                          f"are {'process ids' if executor == 'local' else 'not SLURM job ids'}); --after needs a "
+                          f"run that SLURM queued")
     if not ids:
         raise ConfigError(f"--after {run_dir}: that run has no SLURM job id to depend on")
     if info.record.get("resumes"):

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from launcher.cluster import jobids
 from trainer.config.schema import ConfigError
 from trainer.config.sweep import MAX_SWEEP_TASKS
 
@@ -44,7 +45,11 @@ def text(value: Any) -> tuple[str, str] | None:
 
 
 def job_id(value: Any) -> tuple[str, str] | None:
-    ok = (isinstance(value, str) and len(value) <= 64) or (isinstance(value, int) and not isinstance(value, bool))
+    """A job id as the executors record them (launcher.cluster.jobids.RECORDED): SLURM's "123" or "123_4" (an
+    array task), a local run's process id, a debug run's "DEBUG_123"; "" for a task never queued. Read back into
+    a dependency or a scancel, anything else ("4711?afterany:1") would change what they say."""
+    ok = (isinstance(value, str) and len(value) <= 64 and jobids.recorded(value)) or \
+        (isinstance(value, int) and not isinstance(value, bool) and value >= 0)
     return None if ok else ("", "a job id (a string such as '123' or '123_4', empty for a task never queued)")
 
 
