@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("SLURM_CONF", str(ROOT / ".dev-cluster" / "slurm.conf"))  # scontrol, scancel, sinfo
 
 import chaos_checks as cc  # noqa: E402 - beside this file
+import common  # noqa: E402
 import chaos_faults as cf  # noqa: E402
 from tests.test_node_failure import two_nodes  # noqa: E402
 
@@ -211,9 +212,9 @@ def _note_end(proc: subprocess.Popen, ended: list[float]) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=12)
+    parser.add_argument("--runs", type=common.positive, default=12)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--parallel", type=int, default=2, help="runs at once (default 2)")
+    parser.add_argument("--parallel", type=common.positive, default=2, help="runs at once (default 2)")
     parser.add_argument("--json", type=Path, help="also write every run's record here")
     parser.add_argument("--faults", help="only these faults, comma-separated (to reproduce one): "
                                          + ", ".join(cf.FAULTS))

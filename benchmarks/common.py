@@ -32,6 +32,13 @@ JPEG_TARBALL = Path(os.environ.get("CIFAR10_JPEG_TARBALL", ROOT.parent / "shared
 SUBMIT = str(ROOT / "submit.py")
 
 
+def positive(text: str) -> int:
+    """argparse's type for a count (runs, points, files, repetitions): a whole number, at least 1."""
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return int(text)
+
+
 def load_note() -> str:
     """The 1-minute load average and a warning: other work on this 2-core machine skews timings."""
     load = os.getloadavg()[0]

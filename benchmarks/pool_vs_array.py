@@ -63,9 +63,9 @@ def measure(runner: str, path: Path, points: int, parallel: int, env: dict[str, 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--points", type=int, default=100)
-    parser.add_argument("--parallel", type=int, default=8)
-    parser.add_argument("--steps", type=int, default=350)
+    parser.add_argument("--points", type=common.positive, default=100)
+    parser.add_argument("--parallel", type=common.positive, default=8)
+    parser.add_argument("--steps", type=common.positive, default=350)
     args = parser.parse_args()
     env = cluster_env()
     if env is None:

@@ -201,7 +201,7 @@ def cluster_line(env: dict[str, str]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checkpoint-every", type=int, default=50, help="checkpoint cadence for the dead-rank run")
+    parser.add_argument("--checkpoint-every", type=common.positive, default=50, help="checkpoint cadence for the dead-rank run")
     parser.add_argument("--skip", action="append", default=[], choices=SCENARIOS)
     args = parser.parse_args()
     env = cluster_env()

@@ -28,6 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import common  # noqa: E402 - beside this file
 from launcher import filestamp  # noqa: E402
 from launcher.rundir import snapshot  # noqa: E402
 
@@ -115,9 +116,10 @@ def small_repository(tmp_path: Path, against: Path, reps: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--against", default="/work/main", help="another checkout of this tool (today's code)")
-    parser.add_argument("--files", type=int, default=20000)
-    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--against", required=True, type=Path,
+                        help="another checkout of this tool to compare with (e.g. a `git worktree add` of main)")
+    parser.add_argument("--files", type=common.positive, default=20000)
+    parser.add_argument("--reps", type=common.positive, default=5)
     parser.add_argument("--small-only", action="store_true",
                         help="only the small repository: in-process snapshot, --dry-run and a real submission")
     args = parser.parse_args()
