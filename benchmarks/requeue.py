@@ -151,26 +151,32 @@ def signal_scenario(name: str, env: dict[str, str], action: list[str] | None, se
 
 
 def dead_rank_scenario(name: str, env: dict[str, str], checkpoint_every: int) -> list[Any]:
+    """kill -9 of rank 1: srun ends the job's step, the batch script's retry step calls it a node's fault (a rank
+    killed while its peer was fine), leaves the node out and requeues the job, which resumes from its newest
+    checkpoint; where it does not come back by itself, `submit.py --resume RUN` continues it."""
     run = Run(name, [f"checkpoint_every_steps={checkpoint_every}"], env)
     job_id = run.job_id()
     run.training(min_step=checkpoint_every + 10)
     pid = int(re.findall(r" pid (\d+)", next(run.run_dir.glob("logs/*/*_1_log.out")).read_text())[-1])
+    reached = run.step_reached()
     killed = time.time()
     os.kill(pid, signal.SIGKILL)
-    code, _, _ = run.finish()
-    end = sacct_end(job_id)
-    reached = run.step_reached()
-    # Continue the run where its checkpoints allow, and see from which step.
-    resume = subprocess.run([sys.executable, common.SUBMIT, "--resume", str(run.run_dir), "--json",
-                             "--set", "job.epochs=1"], cwd=common.ROOT, capture_output=True, text=True, timeout=900,
-                            env={**os.environ, **env, "PYTHONPATH": str(common.ROOT)}, check=False)
-    resumed = wait_for(lambda: run.events("resumed"), 300, "the resumed run")[0]
-    new_job = str(run.events("started")[-1]["job_id"])
-    subprocess.run(["scancel", new_job], check=False, timeout=30)
-    lost = reached - resumed["step"]
-    note = "" if resume.returncode == 0 else " (resume submission failed)"
-    return [f"{name} (exit {code}){note}", "-", "-", f"(--resume) {resumed['time'] - killed:.1f}", lost,
-            seconds(end - killed), f"{(run.returned or 0) - killed:.1f}"]
+    resumed = wait_for(lambda: run.events("resumed"), 900, "the next attempt's resume")[0]
+    started = run.events("started")
+    how = "retry step"
+    if len(started) < 2:  # not retried: continue the run where its checkpoints allow
+        how = "--resume"
+        run.finish()
+        subprocess.run([sys.executable, common.SUBMIT, "--resume", str(run.run_dir), "--json", "--set", "job.epochs=1"],
+                       cwd=common.ROOT, capture_output=True, text=True, timeout=900,
+                       env={**os.environ, **env, "PYTHONPATH": str(common.ROOT)}, check=False)
+        resumed = wait_for(lambda: run.events("resumed"), 300, "the resumed run")[0]
+        started = run.events("started")
+    subprocess.run(["scancel", str(started[-1]["job_id"])], check=False, timeout=30)  # measured: no need to go on
+    run.finish()
+    end = sacct_end(job_id) if how == "--resume" else None
+    return [f"{name} ({how})", "-", f"{started[-1]['time'] - killed:.1f}", f"{resumed['time'] - killed:.1f}",
+            reached - resumed["step"], seconds(end - killed) if end else "-", "-"]
 
 
 def failing_rank_scenario(name: str, env: dict[str, str]) -> list[Any]:

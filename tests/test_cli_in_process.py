@@ -284,13 +284,13 @@ def test_a_container_sees_its_binds_the_code_and_the_run_folder(capsys: pytest.C
 
 def test_after_makes_the_job_depend_on_every_job_of_that_run(tmp_path: Path,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
-    write(tmp_path / "before" / "run.json", json.dumps({"job_ids": ["41", "42"]}))
+    write(tmp_path / "before" / "run.json", json.dumps({"executor": "slurm", "job_ids": ["41", "42"]}))
     shown = dry_run(["--profile", "slurm-cpu", "--after", str(tmp_path / "before")], capsys)
     assert shown["executor_parameters"]["dependency"] == "afterok:41:42"
     assert "#SBATCH --dependency=afterok:41:42" in script_lines(shown)
     # A condition after RUN, and several runs: SLURM's dependency types, all required; a condition that can
     # never hold cancels the job instead of leaving it pending.
-    write(tmp_path / "other" / "run.json", json.dumps({"job_ids": ["43_0", "43_1"]}))
+    write(tmp_path / "other" / "run.json", json.dumps({"executor": "slurm", "job_ids": ["43_0", "43_1"]}))
     shown = dry_run(["--profile", "slurm-cpu", "--after", f"{tmp_path / 'before'}:notok", "--after",
                      f"{tmp_path / 'other'}:any"], capsys)
     assert shown["executor_parameters"]["dependency"] == "afternotok:41:42,afterany:43"

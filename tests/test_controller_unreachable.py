@@ -130,6 +130,11 @@ def test_status_and_watch_say_the_controller_is_unreachable_instead_of_calling_t
 
     row = json.loads(run_submit(["status", str(run_dir), "--json", "--no-collect"], tmp_path, timeout=180).stdout)
     assert row["state"] == "unknown" and "Unable to contact slurm controller" in row["controller_unreachable"]
+    assert row["run_state"] == "unknown"
+    # The Python handle says what status says (it once had a rule of its own, which read this as "completed").
+    from launcher.client import attach
+
+    assert attach(run_dir).state() == "unknown"
 
     frame = run_submit(["watch", str(run_dir), "--once"], tmp_path, timeout=180)
     assert frame.returncode == 0, frame.stdout + frame.stderr  # the run goes on, as far as anyone knows

@@ -107,12 +107,10 @@ class Run:
         return rows
 
     def state(self) -> str:
-        """pending, running, completed, failed, cancelled or timeout (a sweep: running while any point runs)."""
-        states = [s["state"] for s in self.status()]
-        for one in ("running", "requeued", "pending", "failed", "timeout", "cancelled"):
-            if one in states:
-                return "running" if one == "requeued" else one
-        return "completed"
+        """The run's state as `status` gives it (its `run_state`: one rule, launcher.rundir.results.overall_state):
+        pending, running, completed, failed or cancelled; `unknown` while the controller does not answer (a
+        sweep: running while any point runs)."""
+        return str(self.status()[0]["run_state"])
 
     def logs(self, rank: int = 0, task: int = 0, err: bool = False) -> str:
         """That rank's log (standard output; `err=True`: standard error), as `submit.py logs` prints it."""

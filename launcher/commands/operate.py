@@ -82,10 +82,11 @@ def status(args: argparse.Namespace) -> int:
     try:
         if args.json:
             left_out = exclusions.read(run_dir)  # the run's, shared by a sweep's tasks
+            overall = results.overall_state(states)  # the one rule, also for the Python handles' state()
             for ts in states:
                 causes = restarts.read(ts.task_dir).by_cause() if ts.restarts else {}
                 print(json.dumps({**ts.as_json(), "cost": costs.get(ts.task), "restart_causes": causes,
-                                  "excluded_nodes": left_out}, default=str), flush=True)
+                                  "excluded_nodes": left_out, "run_state": overall}, default=str), flush=True)
         else:
             print(_status_text(info, states, summary, costs), flush=True)
     except BrokenPipeError:  # `status --json | head -1`: the reader has what it wanted

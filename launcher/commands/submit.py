@@ -44,7 +44,7 @@ class NewRun(Plan):
     def report(self, jobs: list[Any], as_json: bool) -> int:
         sub = self.sub
         if sub.profile.waits:
-            if sub.is_array:
+            if sub.is_sweep:
                 return wait_for_sweep(sub.run_dir, jobs, as_json)
             return wait_for_run(sub, jobs[0], as_json, self.verbose)
         job_ids = [str(j.job_id) for j in jobs]
@@ -95,7 +95,7 @@ def dry_run(plan: Plan | SshPlan, as_json: bool, answer: Answer | None = None) -
     text += yaml.dump({k: v for k, v in description.items() if v is not None}, sort_keys=False,
                       allow_unicode=True, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper))
     answer = answer or Answer()
-    if sub.is_array:
+    if sub.is_sweep:
         text += sweep_listing(sub, answer.chunk)
         description["task_dirs"] = [t.settings.run_dir for t in sub.tasks]
     if sub.executor == "slurm":

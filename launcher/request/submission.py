@@ -88,14 +88,15 @@ class Submission:
         return [code, *(f for f in folders if f != code)]
 
     @property
-    def is_array(self) -> bool:
-        """Several tasks: a sweep's points (an array task each, or a pool's)."""
-        return len(self.tasks) > 1
+    def is_sweep(self) -> bool:
+        """A sweep's points (an array task each, or a pool's), one point or many: the one rule, what `build` was
+        told (each task's settings name its sweep), recorded in run.json (`sweep_overrides`) for the commands."""
+        return bool(self.tasks[0].settings.sweep)
 
     @property
     def is_pool(self) -> bool:
         """A sweep run by a pool of workers that take its points in turn (`sweep_runner: pool`)."""
-        return runs_as_pool(self.profile, any(t.settings.sweep for t in self.tasks))
+        return runs_as_pool(self.profile, self.is_sweep)
 
     @property
     def jobs(self) -> int:
@@ -117,7 +118,7 @@ class Submission:
             "global_batch_size": first.job.batch_size_per_rank * self.profile.world_size,
             "profile": asdict(self.profile), "job": asdict(first.job), "settings": asdict(first.settings),
             "executor_parameters": self.parameters,
-            "sweep_overrides": [t.overrides for t in self.tasks] if self.is_array else None,
+            "sweep_overrides": [t.overrides for t in self.tasks] if self.is_sweep else None,
             **({"runner": "pool", "pool_workers": self.jobs} if self.is_pool else {}),
             **({"in_allocation": {"job_id": self.allocation.job_id, "nodes": self.allocation.nodelist}}
                if self.allocation is not None else {}),
@@ -219,5 +220,5 @@ def moved(sub: Submission, run_dir: Path) -> Submission:
     the name first (two runs of one job started in the same second). Built again: the request binds
     the run folder into a container."""
     points = [Point(t.task, t.job, t.overrides, "", t.settings.data_dir, t.settings.tracker) for t in sub.tasks]
-    return build(sub.profile, points, run_dir, sub.is_array, sub.after_job_ids, sub.submit_dir, sub.project,
+    return build(sub.profile, points, run_dir, sub.is_sweep, sub.after_job_ids, sub.submit_dir, sub.project,
                  sub.code_root, sub.origin, held=sub.allocation, function=sub.function)

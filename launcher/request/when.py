@@ -58,7 +58,7 @@ def when(sub: Submission) -> list[Variant]:
         points = [Point(t.task, t.job, t.overrides, "", t.settings.data_dir, t.settings.tracker) for t in sub.tasks]
         try:
             profile = dataclasses.replace(sub.profile, **changes)
-            variant = build(profile, points, sub.run_dir, sub.is_array, sub.after_job_ids, sub.submit_dir,
+            variant = build(profile, points, sub.run_dir, sub.is_sweep, sub.after_job_ids, sub.submit_dir,
                             sub.project, sub.code_root, sub.origin)
         except ValueError:  # the profile's checks (FieldError) or the request's (ConfigError) refuse this variant
             continue

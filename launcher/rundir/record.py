@@ -149,7 +149,9 @@ class RecordedRun:
 
     @property
     def is_sweep(self) -> bool:
-        return self.num_tasks > 1 or bool(self.record.get("sweep_overrides"))
+        """Whether the run is a sweep, as the submission said (launcher.request.submission.Submission.is_sweep:
+        a sweep records its points' overrides, one point's too); a run of several tasks is one whatever it says."""
+        return self.num_tasks > 1 or self.record.get("sweep_overrides") is not None
 
     @property
     def is_pool(self) -> bool:
