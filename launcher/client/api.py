@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -57,6 +58,12 @@ def sweep(function: Any = None, /, profile: str = "local", *, configs: list[dict
         raise TypeError(f"configs={configs!r}: expected a list of mappings, one per point")
     if grid is not None and not all(isinstance(v, list) for v in grid.values()):
         raise TypeError(f"grid={grid!r}: expected each key to map to a list of values")
+    for key, values in (grid or {}).items():  # (a dotted key is a nested config key here, as in a job's sweep)
+        if not isinstance(key, str) or not all(key.split(".")):
+            raise TypeError(f"grid: key {key!r}: expected a config key ('lr', or 'model.depth' for a nested one)")
+        _carried(f"grid[{key!r}]", values)
+    for i, point in enumerate(configs or []):
+        _carried(f"configs[{i}]", point)
     target = _target(function, entrypoint, None)
     workdir = _workdir(cwd)
     data, blob = _code(target, workdir, name, config)
@@ -133,9 +140,42 @@ def _workdir(cwd: Any) -> Path:
     return Path(cwd or os.getcwd()).resolve()
 
 
+def _carried(where: str, value: Any) -> None:
+    """`value` arrives on the ranks exactly as given (the job travels as JSON, read back as YAML), or a
+    TypeError/ValueError naming where it sits (`config['model']['depth']`) says why not."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{where}={value!r}: not a finite number, which the job's JSON cannot carry; "
+                             f"use None or a finite value")
+        return
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            _carried(f"{where}[{i}]", item)
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str) or not key or "." in key:
+                raise (TypeError if not isinstance(key, str) else ValueError)(
+                    f"{where}: key {key!r}: keys are non-empty strings without '.' ('.' names a nested key, as "
+                    f"in sweeps and --set job.config.a.b): write {{'a': {{'b': ...}}}}")
+            _carried(f"{where}[{key!r}]", item)
+        return
+    hint = " (a list arrives: give one)" if isinstance(value, tuple) else ""
+    raise TypeError(f"{where}={_brief(value)}: {type(value).__name__} does not arrive on the ranks as "
+                    f"given{hint}; config values are None, bools, numbers, strings, lists and mappings of them")
+
+
+def _brief(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _code(target: Any, workdir: Path, name: str | None, config: Any) -> tuple[dict[str, Any], bytes | None]:
     """The generated job's code keys (and the pickle, for a function handed over by value)."""
     _expect("config", config, (dict, type(None)), "a mapping")
+    _carried("config", config)
     _expect("name", name, (str, type(None)), "a job name")
     pythonpath = environment().get("PYTHONPATH", "")
     spec = target if isinstance(target, str) else reference(target, workdir, pythonpath)

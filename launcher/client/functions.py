@@ -78,9 +78,41 @@ def by_value(function: Any, workdir: Path, pythonpath: str) -> bytes:
     held = {"function": function, "file": file, "lines": linecache.getlines(file) if file else []}
     try:
         return cloudpickle.dumps(held, protocol=pickle.DEFAULT_PROTOCOL)
+    except Exception as err:  # noqa: BLE001 - whatever the pickler raises for what it cannot carry
+        raise TypeError(unpicklable(function, err, cloudpickle.dumps)) from None
     finally:
         if registered:
             cloudpickle.unregister_pickle_by_value(module)
+
+
+def unpicklable(function: Any, err: Exception, dumps: Any) -> str:
+    """Why `function` cannot travel to the ranks, naming it and the first thing it carries that cannot be
+    pickled: a captured variable, a global it reads, a partial's argument (the pickler's own words name
+    neither)."""
+    carried: list[tuple[str, Any]] = []
+    inner = function
+    while isinstance(inner, functools.partial):
+        carried += [(f"argument {i} of the partial", a) for i, a in enumerate(inner.args)]
+        carried += [(f"argument {k}= of the partial", v) for k, v in inner.keywords.items()]
+        inner = inner.func
+    if inspect.isfunction(inner):
+        found = inspect.getclosurevars(inner)
+        carried += [(f"the captured variable '{k}'", v) for k, v in found.nonlocals.items()]
+        carried += [(f"the global '{k}'", v) for k, v in found.globals.items()]
+    for what, value in carried:
+        try:
+            dumps(value)
+        except Exception as inner_err:  # noqa: BLE001
+            return (f"function={shown(function)}: cannot be pickled to travel to the ranks: {what} holds "
+                    f"{type(value).__name__} {_short(value)}, which cannot be pickled ({type(inner_err).__name__}: "
+                    f"{inner_err}); make it inside the function, or pass what it is made from in config")
+    return (f"function={shown(function)}: cannot be pickled to travel to the ranks ({type(err).__name__}: {err}); "
+            f"define it at the top of a module of your project, which the ranks import by name")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def shown(function: Any) -> str:

@@ -139,6 +139,20 @@ def not_a_function(source: str, key: str, spec: str, value: Any) -> ConfigError:
                        f"not called)")
 
 
+def not_called_for_a_result(function: Callable[..., Any]) -> str | None:
+    """What `function` is when calling it does not run it (a generator or a coroutine function), else None."""
+    inner = function
+    while isinstance(inner, functools.partial):
+        inner = inner.func
+    if inspect.isasyncgenfunction(inner):
+        return "an async generator function (async def with yield)"
+    if inspect.iscoroutinefunction(inner):
+        return "a coroutine function (async def)"
+    if inspect.isgeneratorfunction(inner):
+        return "a generator function (a def with yield)"
+    return None
+
+
 def config_class(function: Callable[..., Any]) -> type | None:
     """The dataclass the function's second parameter is annotated with, if any."""
     params = list(inspect.signature(function).parameters.values())
@@ -162,10 +176,10 @@ def arity(function: Callable[..., Any], spec: str, source: str, key: str = "entr
             return count
         except TypeError:
             pass
-    params = [p for p in signature.parameters.values()
-              if p.default is inspect.Parameter.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    bare = signature.replace(parameters=[p.replace(annotation=p.empty) for p in signature.parameters.values()],
+                             return_annotation=signature.empty)  # (the names and kinds are what is wrong)
     raise ConfigError(f"{source}: key '{key}' has invalid value {spec!r}; the function must take "
-                      f"(ctx) or (ctx, config), it takes ({', '.join(p.name for p in params)})")
+                      f"(ctx) or (ctx, config), its signature is {bare}")
 
 
 def prepare(spec: str, config: dict[str, Any], code_dir: str, source: str, project_root: str = "",
@@ -180,6 +194,10 @@ def checked(function: Callable[..., Any], spec: str, config: dict[str, Any], sou
     (ctx) or (ctx, config), its config built (validated when it declares a dataclass)."""
     if not is_function(function):
         raise not_a_function(source, key, spec, function)
+    if (kind := not_called_for_a_result(function)) is not None:
+        raise ConfigError(f"{source}: key '{key}' has invalid value {spec!r}; it is {kind}: calling it returns "
+                          f"{'a generator' if 'generator' in kind else 'a coroutine'}, not the run's result, and "
+                          f"runs none of its body; make it a plain `def` that returns the metrics")
     count = arity(function, spec, source, key)
     cls = config_class(function)
     if cls is None:
