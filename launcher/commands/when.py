@@ -27,7 +27,7 @@ def report(sub: Submission, as_json: bool) -> int:
     found = when(sub)
     rows = [["variant", "nodes", "partition", "time", "estimated start", "on nodes / why not"]]
     rows += [[v.label, str(v.nodes), v.partition or "-", f"{v.time_min} min", start_text(v.estimate.start, now),
-              v.estimate.nodes or v.estimate.error] for v in found]
+              "; ".join(filter(None, (v.estimate.nodes, v.estimate.error)))] for v in found]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1] for r in rows]
     human = (f"when would {sub.tasks[0].job.name} start (SLURM's estimates, sbatch --test-only):\n"

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 from collections.abc import Mapping
 
+from launcher.cluster.jobids import is_slurm
 from launcher.cluster.slurm.accounting import query
 from trainer.config.schema import ConfigError
 
@@ -51,12 +52,23 @@ def counts(value: str) -> list[int]:
 
 
 def current(environ: Mapping[str, str]) -> Allocation | None:
-    """The allocation this process runs in (None: SLURM_JOB_ID is not set)."""
+    """The allocation this process runs in (None: SLURM_JOB_ID is not set), its variables parsed here, where
+    they enter: one that is not what SLURM writes is a ConfigError naming it (the job id names the step and
+    reaches scancel; the counts decide what is asked of the allocation)."""
     job_id = environ.get("SLURM_JOB_ID", "")
     if not job_id:
         return None
-    nodes = int(environ.get("SLURM_JOB_NUM_NODES") or environ.get("SLURM_NNODES") or 1)
-    cpus = sorted(counts(environ.get("SLURM_JOB_CPUS_PER_NODE", "")), reverse=True) or [0] * nodes
+    if not is_slurm(job_id) or "_" in job_id:
+        raise _bad("SLURM_JOB_ID", job_id, "a SLURM job id (digits)")
+    name = "SLURM_JOB_NUM_NODES" if environ.get("SLURM_JOB_NUM_NODES") else "SLURM_NNODES"
+    written = environ.get(name) or "1"
+    if not written.isdigit() or not 1 <= int(written) <= 2**31 - 1:
+        raise _bad(name, written, "a node count (a whole number from 1)")
+    nodes = int(written)
+    per_node = environ.get("SLURM_JOB_CPUS_PER_NODE", "")
+    if per_node and not re.fullmatch(r"\d{1,9}(\(x\d{1,9}\))?(,\d{1,9}(\(x\d{1,9}\))?)*", per_node):
+        raise _bad("SLURM_JOB_CPUS_PER_NODE", per_node, "CPU counts per node as SLURM writes them (e.g. 4(x2),2)")
+    cpus = sorted(counts(per_node), reverse=True) or [0] * nodes
     gpus = environ.get("SLURM_GPUS_PER_NODE") or environ.get("SLURM_GPUS_ON_NODE") or ""
     gpu_count = int(gpus.rsplit(":", 1)[-1]) if gpus.rsplit(":", 1)[-1].isdigit() else None
     if gpu_count is None and environ.get("SLURM_JOB_GPUS"):
@@ -64,6 +76,12 @@ def current(environ: Mapping[str, str]) -> Allocation | None:
     kept = {k: v for k, v in environ.items()
             if k.startswith("SLURM_") and not k.startswith(_STEP) and not k.startswith(_REQUEST)}
     return Allocation(job_id, nodes, cpus, gpu_count, environ.get("SLURM_JOB_NODELIST", ""), kept)
+
+
+def _bad(name: str, value: str, expected: str) -> ConfigError:
+    shown = value if len(value) <= 60 else value[:57] + "..."
+    return ConfigError(f"--in-allocation (profile.in_allocation): {name}={shown!r} in this shell's environment is "
+                       f"not {expected}; run it in the shell `salloc` gives you, with SLURM's variables as it set them")
 
 
 def check(alloc: Allocation | None, nodes: int, tasks_per_node: int, cpus_per_task: int, gpus_per_node: int) -> None:

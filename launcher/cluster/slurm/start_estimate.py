@@ -12,6 +12,7 @@ import tempfile
 from dataclasses import dataclass
 
 from launcher.cluster.failures import last_line
+from trainer.distributed import hostlist
 
 # sbatch: Job 655 to start at 2026-12-02T06:52:54 using 2 processors on nodes cpu[1-2] in partition cpu
 _ESTIMATE = r"Job \d+ to start at (?P<start>\S+) using \d+ processors on nodes (?P<nodes>\S+) in partition (?P<partition>\S+)"
@@ -37,12 +38,32 @@ def estimate(script: str, env: dict[str, str]) -> Estimate:
                                   env=env, check=False)
         except (OSError, subprocess.TimeoutExpired) as err:
             return Estimate(error=f"sbatch --test-only: {err}")
-    said = f"{done.stdout}\n{done.stderr}"
+    return parse(f"{done.stdout}\n{done.stderr}", done.returncode)
+
+
+def parse(said: str, code: int = 0) -> Estimate:
+    """sbatch --test-only's answer, parsed where it enters: a start SLURM does not know ("Unknown") or cannot
+    be read is no start; node and partition names hold only what SLURM's names hold; nothing of the answer
+    that reaches the table (an error line included) carries a control character to the user's terminal."""
     found = re.search(_ESTIMATE, said)
     if found is None:
-        return Estimate(error=last_line(said, f"sbatch --test-only exited {done.returncode}").removeprefix("sbatch: "))
-    start = datetime.datetime.fromisoformat(found.group("start")).timestamp()
-    return Estimate(start, found.group("nodes"), found.group("partition"))
+        return Estimate(error=_printable(last_line(said, f"sbatch --test-only exited {code}").removeprefix("sbatch: ")))
+    nodes, partition = found.group("nodes"), found.group("partition")
+    try:
+        hostlist.expand(nodes)
+    except ValueError:
+        return Estimate(error=f"sbatch --test-only named nodes that are not a node list: {_printable(nodes)!r}")
+    if not re.fullmatch(r"[A-Za-z0-9._-]+", partition):
+        return Estimate(error=f"sbatch --test-only named a partition that is not one: {_printable(partition)!r}")
+    try:
+        start = datetime.datetime.fromisoformat(found.group("start")).timestamp()
+    except ValueError:  # "Unknown": SLURM cannot say when (no node will free up in its plan)
+        return Estimate(None, nodes, partition, f"SLURM gives no start time ({_printable(found.group('start'))})")
+    return Estimate(start, nodes, partition)
+
+
+def _printable(text: str) -> str:
+    return re.sub(r"[\x00-\x1f\x7f-\x9f]", "?", text)
 
 
 def partitions(env: dict[str, str], account: str = "") -> list[str]:
