@@ -52,3 +52,15 @@ def test_a_one_point_sweeps_record_reads_as_a_sweep(tmp_path: Path) -> None:
     lone = submission(plain, runs=tmp_path / "runs")
     assert not lone.is_sweep and lone.describe()["sweep_overrides"] is None
     assert not RecordedRun(lone.run_dir, json.loads(json.dumps(lone.describe(), default=str))).is_sweep
+
+
+def test_attach_gives_a_one_point_sweep_a_sweeps_handle(tmp_path: Path) -> None:
+    """The Python handle reads the record by the same rule: a one-point sweep's is a Sweep (results in point order)."""
+    from launcher.client import Sweep, attach
+
+    (tmp_path / "one.yaml").write_text(ONE_POINT)
+    sub = submission(tmp_path / "one.yaml", runs=tmp_path / "runs")
+    sub.run_dir.mkdir(parents=True)
+    (sub.run_dir / "run.json").write_text(json.dumps({**json.loads(json.dumps(sub.describe(), default=str)),
+                                                      "tasks": 1}))
+    assert isinstance(attach(sub.run_dir), Sweep)

@@ -73,3 +73,20 @@ def test_after_a_slurm_run_depends_on_its_jobs(tmp_path: Path, capsys: pytest.Ca
     assert code == 0, lines
     script = json.loads(out.splitlines()[-1])["sbatch_script"]
     assert "#SBATCH --dependency=afternotok:4711:4712" in script.splitlines(), script
+
+
+def test_the_python_handles_on_a_damaged_record_say_what_is_damaged(tmp_path: Path) -> None:
+    """runs() lists it as unreadable, with its folder; attach() by its name finds it; the handle's first call is a
+    SubmitError naming the file and the damage (it was a bare KeyError, and runs() gave no folder)."""
+    from launcher.client import SubmitError, attach, runs
+
+    runs_dir = tmp_path / "runs"
+    (runs_dir / "cut").mkdir(parents=True)
+    (runs_dir / "cut" / "run.json").write_text('{"executor": "slurm", "tasks": ')
+    (row,) = runs(cwd=tmp_path)
+    assert row["run"] == "cut" and row["run_dir"] == str(runs_dir / "cut") and row["state"].startswith("unreadable")
+    handle = attach("cut", cwd=tmp_path)
+    assert handle.run_dir == runs_dir / "cut"
+    with pytest.raises(SubmitError) as raised:
+        handle.state()
+    assert "run.json: not valid JSON" in str(raised.value)

@@ -93,7 +93,7 @@ def attach(run: str | Path | Run, profile: str = "local", runs_dir: str | Path |
                               f"{'--runs-dir ' + str(runs_dir) if runs_dir else 'profile ' + str(profile)})")
         folder = Path(found[0]["run_dir"])
     folder = folder.resolve()
-    cls = Sweep if _tasks(folder) > 1 else Run
+    cls = Sweep if _is_sweep(folder) else Run
     return cls(workdir, str(profile), folder, runs_dir=runs_dir)
 
 
@@ -265,12 +265,15 @@ def _inside(folder: Path) -> Iterator[None]:
         os.chdir(before)
 
 
-def _tasks(folder: Path) -> int:
-    """How many tasks a run folder's record says it has (a sweep's: more than one)."""
+def _is_sweep(folder: Path) -> bool:
+    """Whether a run folder's record says it is a sweep, by the rule `status` reads it with (launcher.rundir.
+    record.RecordedRun.is_sweep: several tasks, or a sweep's overrides, a one-point sweep's too). A record that
+    cannot be read is no sweep here: the handle's first call says what is wrong with it."""
     for name in ("run.json", "remote.json"):
         try:
-            value = json.loads((folder / name).read_text(encoding="utf-8")).get("tasks")
-            return int(value) if isinstance(value, int) else 1
+            record = json.loads((folder / name).read_text(encoding="utf-8"))
+            tasks = record.get("tasks")
+            return (isinstance(tasks, int) and tasks > 1) or record.get("sweep_overrides") is not None
         except (OSError, ValueError, AttributeError):
             continue
-    return 1
+    return False

@@ -34,7 +34,7 @@ def list_runs(args: argparse.Namespace) -> int:
         try:
             rows.append(_list_row(run_dir))
         except (OSError, ValueError, KeyError, TypeError) as err:  # ConfigError is a ValueError
-            rows.append({"run": run_dir.name, "state": f"unreadable ({err})"})
+            rows.append({"run": run_dir.name, "run_dir": str(run_dir), "state": f"unreadable ({err})"})
     rows = remote_record.with_rows(rows, where, args.n)  # runs submitted over SSH: their local records, offline
     if args.json:
         for row in rows:
