@@ -39,7 +39,7 @@ ALLOWED: dict[str, set[str]] = {
     "launcher.filestamp": set(),  # "unchanged since last time": the snapshot's links and the SSH sync
     # The API: it starts the command line (`python -m launcher`); it reads a profile (is it `debug`?) and
     # the one lookup rule (is a function importable by name?) itself.
-    "launcher.client": {"launcher.config", "trainer.config"},
+    "launcher.client": {"launcher.config", "launcher.rundir", "launcher.remote", "trainer.config"},
     "launcher.devcluster": set(),  # a product tool that stands alone
     "trainer.__main__": {"trainer.config", "trainer.rank", "trainer.runners"},
     "trainer.runners": {"trainer.recipes", "trainer.rank", "trainer.distributed", "trainer.config"},

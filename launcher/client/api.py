@@ -20,6 +20,8 @@ from typing import Any
 from launcher.client.functions import by_value, default_name, reference, shown
 from launcher.client.engine import Engine, environment
 from launcher.client.handles import Run, SubmitError, Sweep
+from launcher.remote.record import RECORD
+from launcher.rundir.layout import RUN_FILE
 from trainer.config.overrides import dotted_keys
 
 CONDITIONS = ("ok", "any", "notok")
@@ -85,7 +87,7 @@ def attach(run: str | Path | Run, profile: str = "local", runs_dir: str | Path |
     _expect("runs_dir", runs_dir, (str, os.PathLike, type(None)), "a folder")
     workdir = _workdir(cwd)
     folder = workdir / run
-    if not any((folder / record).is_file() for record in ("run.json", "remote.json")):
+    if not any((folder / record).is_file() for record in (RUN_FILE, RECORD)):
         found = [row for row in runs(profile, runs_dir, n=1_000_000, cwd=workdir)
                  if str(run) in (row.get("run"), row.get("run_dir"))]
         if not found:
@@ -269,7 +271,7 @@ def _is_sweep(folder: Path) -> bool:
     """Whether a run folder's record says it is a sweep, by the rule `status` reads it with (launcher.rundir.
     record.RecordedRun.is_sweep: several tasks, or a sweep's overrides, a one-point sweep's too). A record that
     cannot be read is no sweep here: the handle's first call says what is wrong with it."""
-    for name in ("run.json", "remote.json"):
+    for name in (RUN_FILE, RECORD):
         try:
             record = json.loads((folder / name).read_text(encoding="utf-8"))
             tasks = record.get("tasks")

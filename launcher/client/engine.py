@@ -25,9 +25,11 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from trainer.config.lookup import CODE_ROOT
+
 # The folder this package was imported from: the child runs the same code as this process, even from
 # a checkout that is neither installed nor on PYTHONPATH (a notebook that put it on sys.path).
-HOME = Path(__file__).resolve().parents[2]
+HOME = CODE_ROOT
 
 
 def command() -> list[str]:

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from launcher.client.engine import Engine, command, environment
+from launcher.remote.record import RECORD
+from launcher.rundir.layout import RESULT_FILE, SUMMARY_CSV, SUMMARY_MD, SUMMARY_PNG
 
 ENDED = ("completed", "failed", "cancelled", "timeout")
 
@@ -91,7 +93,7 @@ class Run:
     @property
     def remote(self) -> bool:
         """Submitted over SSH (a `login:` profile): status and logs are asked over the connection."""
-        return (self.run_dir / "remote.json").is_file()
+        return (self.run_dir / RECORD).is_file()
 
     def _cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         return subprocess.run([*command(), *args], cwd=self._cwd, env=environment(), capture_output=True,
@@ -147,7 +149,7 @@ class Run:
     def _metrics(self, state: dict[str, Any], folder: Path) -> dict[str, Any]:
         """A completed task's metrics: its result.json (written by the engine or `status`), or, over SSH,
         what `status` read there."""
-        path = folder / "result.json"
+        path = folder / RESULT_FILE
         if path.is_file() and not self.remote:
             return dict(json.loads(path.read_text(encoding="utf-8")))
         return dict(state.get("result") or {})
@@ -182,16 +184,16 @@ class Sweep(Run):
 
     @property
     def summary_csv(self) -> Path:
-        return self.run_dir / "summary.csv"
+        return self.run_dir / SUMMARY_CSV
 
     @property
     def summary_md(self) -> Path:
-        return self.run_dir / "summary.md"
+        return self.run_dir / SUMMARY_MD
 
     @property
     def summary_png(self) -> Path:
         """The target metric against the swept keys (the picture `status` draws)."""
-        return self.run_dir / "summary.png"
+        return self.run_dir / SUMMARY_PNG
 
     def summary(self) -> list[dict[str, str]]:
         """The sweep's table as the command line writes it (summary.csv: best first), rebuilt now."""

@@ -20,7 +20,7 @@ from launcher.cluster.slurm.srun import task_failures
 from launcher.cluster.fault_origin import RankEnd
 from launcher.rundir.layout import ATTEMPT_BANNER, job_log_dir, log_name
 from launcher.rundir.outcomes import read_outcomes
-from trainer.distributed import hostlist
+from trainer.distributed import environment, hostlist
 from trainer.rank.rundir import TIMING_DIR
 
 # The launcher's banner at the start of each attempt in every rank's log (launcher.node.task.TrainTask.announce).
@@ -31,13 +31,11 @@ OWN_PREFIX = "[heal]"
 
 def job_id(environ: Mapping[str, str]) -> str:
     """This job's id as submitit names its folder: 12, or 12_3 for task 3 of array 12."""
-    array, index = environ.get("SLURM_ARRAY_JOB_ID"), environ.get("SLURM_ARRAY_TASK_ID")
-    return f"{array}_{index}" if array and index else environ.get("SLURM_JOB_ID", "")
+    return environment.scheduler_job_id(environ)
 
 
 def restart_count(environ: Mapping[str, str]) -> int:
-    value = environ.get("SLURM_RESTART_COUNT", "0")
-    return int(value) if value.isdigit() else 0
+    return environment.restart_count(environ)
 
 
 def marks_path(run_root: Path, job: str) -> Path:

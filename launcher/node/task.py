@@ -201,7 +201,7 @@ def announce(settings: RunSettings, **fields: Any) -> None:
     """Mark the start of an attempt in every rank's log (submitit appends each restart to the same
     files) and, on rank 0, in the run's event log (`fields`: more of the "started" event's)."""
     env = environment.resolve(os.environ)
-    restart = os.environ.get("SLURM_RESTART_COUNT", "0")
+    restart = environment.restart_count(os.environ)
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
     slurm = f", SLURM restart count {restart}" if "SLURM_JOB_ID" in os.environ else ""
     host = env.node if env.node and env.node != "localhost" else socket.gethostname()
@@ -211,7 +211,7 @@ def announce(settings: RunSettings, **fields: Any) -> None:
     if not _same_terminal():  # each log file gets it; one terminal (debug executor) once
         print(banner, file=sys.stderr, flush=True)
     if env.is_main:
-        events.append(settings.run_dir, "started", job_id=env.scheduler_job_id, slurm_restart_count=int(restart),
+        events.append(settings.run_dir, "started", job_id=env.scheduler_job_id, slurm_restart_count=restart,
                       executor=os.environ.get("SUBMITIT_EXECUTOR", ""), host=host, world_size=env.world_size,
                       **fields)
 

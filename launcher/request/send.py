@@ -188,14 +188,13 @@ def _release(job_ids: list[str]) -> None:
     """`scontrol release` the jobs just queued held (an array by its base id), waiting out a controller
     that does not answer. A job left held would wait for ever, so a release that fails is an error that
     names the command to run."""
-    from launcher.cluster.slurm.controller import ask_until_answered
+    from launcher.cluster.slurm.accounting import release
 
     bases = distinct_bases(job_ids)
-    answer = ask_until_answered(["scontrol", "release", ",".join(bases)], dict(os.environ),
-                                f"job(s) {', '.join(bases)} are queued held until released")
-    if not answer.ok:
+    error = release(bases, dict(os.environ), f"job(s) {', '.join(bases)} are queued held until released")
+    if error:
         raise RuntimeError(f"job(s) {', '.join(bases)} were queued held and could not be released "
-                           f"({answer.error}); start them with `scontrol release {','.join(bases)}`")
+                           f"({error}); start them with `scontrol release {','.join(bases)}`")
 
 
 def _is_refusal(err: BaseException) -> bool:

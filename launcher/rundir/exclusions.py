@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-EXCLUDED_FILE = "excluded-nodes.json"
+from launcher.rundir.layout import EXCLUDED_FILE
 
 
 def read(run_root: Path | str) -> list[dict[str, Any]]:

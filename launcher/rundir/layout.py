@@ -40,6 +40,7 @@ TASKS_FILE = "tasks.json"
 PROFILE_FILE = "profile.yaml"
 JOB_FILE = "job.yaml"
 RESULT_FILE = "result.json"
+EXCLUDED_FILE = "excluded-nodes.json"  # the nodes a run leaves out (exclusions.py)
 FAILURE_FILE = "failure.json"
 # Written by the trainer (trainer.rank.rundir holds those names).
 METRICS_FILE = rundir.METRICS_FILE

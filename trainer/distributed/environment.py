@@ -71,6 +71,19 @@ class DistEnv:
         return self.rank == 0
 
 
+def scheduler_job_id(env: Mapping[str, str]) -> str:
+    """The scheduler's id of the job `env` belongs to, from SLURM's job variables alone (also where no rank runs:
+    the batch script's retry step): `A_T` for task T of array A, else SLURM_JOB_ID; "" outside SLURM."""
+    array, index = env.get("SLURM_ARRAY_JOB_ID"), env.get("SLURM_ARRAY_TASK_ID")
+    return f"{array}_{index}" if array and index else env.get("SLURM_JOB_ID", "")
+
+
+def restart_count(env: Mapping[str, str]) -> int:
+    """How many times SLURM has requeued the job `env` belongs to (SLURM_RESTART_COUNT; 0 outside SLURM)."""
+    value = env.get("SLURM_RESTART_COUNT", "0")
+    return int(value) if value.isdigit() else 0
+
+
 def detect_launcher(env: Mapping[str, str]) -> str:
     if "TORCHELASTIC_RUN_ID" in env or ("RANK" in env and "WORLD_SIZE" in env and "SLURM_STEP_ID" not in env):
         return "torchrun"

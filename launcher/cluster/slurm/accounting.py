@@ -170,6 +170,13 @@ def scancel_ids(active: list[str], every: list[str]) -> list[str]:
     return [*ids]
 
 
+def release(job_ids: list[str], env: dict[str, str], why: str) -> str:
+    """`scontrol release` the jobs (an array by its base id); "" on success, else what it said. While the
+    controller does not answer it is asked again (the user told once, `why`): a job left held waits for ever."""
+    answer = ask_until_answered(["scontrol", "release", ",".join(distinct_bases(job_ids))], env, why)
+    return "" if answer.ok else answer.error
+
+
 def scancel(job_ids: list[str], env: dict[str, str]) -> str:
     """Cancel `job_ids`; "" on success, else scancel's complaint. While the controller does not answer,
     scancel is tried again (the user told once) until it does: the cancel is delivered, not lost."""

@@ -16,7 +16,8 @@ from collections.abc import Callable
 from typing import Any
 
 from launcher.cluster.failures import last_line
-from launcher.cluster.slurm.accounting import query
+from launcher.cluster.jobids import expand_array_id
+from launcher.cluster.slurm.accounting import sacct
 from launcher.cluster.slurm.limits import Partition, fitting_nodes, parse_partitions, parse_record, parse_records
 from launcher.cluster.slurm.sbatch import SlurmRequest
 from trainer.distributed import hostlist
@@ -100,12 +101,12 @@ def partition(name: str, env: dict[str, str], run: Run = scontrol) -> Partition 
 def node_fail_nodes(job_id: str, env: dict[str, str]) -> list[str] | None:
     """The nodes of `job_id`'s last ended attempt where SLURM ended it NODE_FAIL (and requeued the job
     itself); None where that attempt ended otherwise, none has ended, or accounting does not say."""
-    out = query(["sacct", "-D", "-X", "-n", "-P", "-j", job_id, "-o", "State,NodeList"], env) or ""
-    ended = [line.split("|") for line in out.splitlines()
-             if "|" in line and not line.startswith(("RUNNING", "PENDING"))]
-    if not ended or not ended[-1][0].startswith("NODE_FAIL"):
+    rows = sacct([job_id], ("JobID", "State", "NodeList"), env, allocations_only=True) or []
+    mine = [row for row in rows if job_id in expand_array_id(row["JobID"])]  # (sacct answers for the whole array)
+    ended = [row for row in mine if row["State"] and not row["State"].startswith(("RUNNING", "PENDING"))]
+    if not ended or not ended[-1]["State"].startswith("NODE_FAIL"):
         return None
-    return hostlist.expand(ended[-1][1]) if ended[-1][1] not in ("", "None assigned") else []
+    return hostlist.expand(ended[-1]["NodeList"]) if ended[-1]["NodeList"] not in ("", "None assigned") else []
 
 
 def still_down(nodes: list[str], env: dict[str, str], run: Run = scontrol) -> list[str]:
