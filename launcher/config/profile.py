@@ -148,34 +148,7 @@ class Profile:
                 "an integer > 0 or null")
         require(self.signal_delay_s < self.time_min * 60, "signal_delay_s", self.signal_delay_s,
                 f"fewer seconds than the time limit ({self.time_min * 60} s)")
-        require(re.fullmatch(r"[A-Za-z0-9_.-]*", self.gpu_type) is not None, "gpu_type", self.gpu_type,
-                "a GRES type name such as 'a100' (letters, digits, '_', '.', '-')")
-        require(not self.gpu_type or self.gpus_per_node > 0, "gpu_type", self.gpu_type,
-                "empty unless gpus_per_node > 0 (a type names the GPUs asked for)")
-        if self.gpus_per_task:
-            require(self.gpus_per_node > 0 and self.gpus_per_task * self.tasks_per_node == self.gpus_per_node,
-                    "gpus_per_task", self.gpus_per_task, f"gpus_per_node / tasks_per_node = "
-                    f"{self.gpus_per_node / self.tasks_per_node:g} (every GPU of the node bound to one task), or 0")
-            # --gres has no per-task form: there each task is bound with srun's --gpu-bind=single:1.
-            require(self.gpu_request == "gpus" or self.gpus_per_task in (1, self.gpus_per_node), "gpus_per_task",
-                    self.gpus_per_task, f"1 or {self.gpus_per_node} (gpus_per_node) with gpu_request 'gres' "
-                    f"(--gres is per node), or set gpu_request: gpus")
-        if self.launch == "torchrun":
-            require(self.executor == "slurm", "launch", self.launch, f"'tasks' for the {self.executor} executor "
-                    f"(torchrun per node is a SLURM shape; locally, run torchrun yourself: python -m trainer)")
-            require(not self.container, "launch", self.launch, "'tasks' with a container (torchrun in a "
-                    "container is not supported yet)")
-            require(self.gpus_per_task == 0, "gpus_per_task", self.gpus_per_task,
-                    "0 with launch: torchrun (its one task per node holds all the node's GPUs)")
-        if self.gpus_per_node:
-            require(self.tasks_per_node == self.gpus_per_node, "tasks_per_node", self.tasks_per_node,
-                    f"one task per GPU: {self.gpus_per_node} (= gpus_per_node)")
-        if self.executor == "local":
-            require(self.nodes == 1, "nodes", self.nodes, "1 for the local executor (use a slurm profile for more)")
-        if self.executor == "debug":
-            require(self.nodes == 1, "nodes", self.nodes, "1 for the debug executor")
-            require(self.tasks_per_node == 1, "tasks_per_node", self.tasks_per_node,
-                    "1 for the debug executor (it runs in this process)")
+        _check_shape(self)
         for key in self.env:
             require(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key) is not None, f"env.{key}", key,
                     "a shell variable name (letters, digits, underscore)")
@@ -264,6 +237,38 @@ _UPPER_BOUNDS = {"nodes": 2**31 - 1, "tasks_per_node": 65535, "cpus_per_task": 6
                  "checkpoint_every_steps": 2**31 - 1, "array_parallelism": 2**31 - 1, "pool_workers": 10_000,
                  "max_array_size": 2**31 - 1, "init_timeout_s": 2**31 - 1, "collective_timeout_s": 2**31 - 1}
 _BOUND_WHY = {65535: "a 16-bit SLURM field", 2**31 - 1: "a 32-bit field", 10_000: "a sweep's most points"}
+
+def _check_shape(profile: Profile) -> None:
+    """The GPUs, the launch shape and the executor's limits: what the ranks of one node can be."""
+    require(re.fullmatch(r"[A-Za-z0-9_.-]*", profile.gpu_type) is not None, "gpu_type", profile.gpu_type,
+            "a GRES type name such as 'a100' (letters, digits, '_', '.', '-')")
+    require(not profile.gpu_type or profile.gpus_per_node > 0, "gpu_type", profile.gpu_type,
+            "empty unless gpus_per_node > 0 (a type names the GPUs asked for)")
+    if profile.gpus_per_task:
+        require(profile.gpus_per_node > 0 and profile.gpus_per_task * profile.tasks_per_node == profile.gpus_per_node,
+                "gpus_per_task", profile.gpus_per_task, f"gpus_per_node / tasks_per_node = "
+                f"{profile.gpus_per_node / profile.tasks_per_node:g} (every GPU of the node bound to one task), or 0")
+        # --gres has no per-task form: there each task is bound with srun's --gpu-bind=single:1.
+        require(profile.gpu_request == "gpus" or profile.gpus_per_task in (1, profile.gpus_per_node), "gpus_per_task",
+                profile.gpus_per_task, f"1 or {profile.gpus_per_node} (gpus_per_node) with gpu_request 'gres' "
+                f"(--gres is per node), or set gpu_request: gpus")
+    if profile.launch == "torchrun":
+        require(profile.executor == "slurm", "launch", profile.launch, f"'tasks' for the {profile.executor} executor "
+                f"(torchrun per node is a SLURM shape; locally, run torchrun yourself: python -m trainer)")
+        require(not profile.container, "launch", profile.launch, "'tasks' with a container (torchrun in a "
+                "container is not supported yet)")
+        require(profile.gpus_per_task == 0, "gpus_per_task", profile.gpus_per_task,
+                "0 with launch: torchrun (its one task per node holds all the node's GPUs)")
+    if profile.gpus_per_node:
+        require(profile.tasks_per_node == profile.gpus_per_node, "tasks_per_node", profile.tasks_per_node,
+                f"one task per GPU: {profile.gpus_per_node} (= gpus_per_node)")
+    if profile.executor == "local":
+        require(profile.nodes == 1, "nodes", profile.nodes, "1 for the local executor (use a slurm profile for more)")
+    if profile.executor == "debug":
+        require(profile.nodes == 1, "nodes", profile.nodes, "1 for the debug executor")
+        require(profile.tasks_per_node == 1, "tasks_per_node", profile.tasks_per_node,
+                "1 for the debug executor (it runs in this process)")
+
 
 def _check_login(profile: Profile) -> None:
     """`login` reaches ssh's and rsync's argv (launcher.config.destination: either form OpenSSH takes)
