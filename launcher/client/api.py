@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from launcher.client.functions import by_value, default_name, reference, shown
+from launcher.client.functions import by_value, default_name, reference, short, shown
 from launcher.client.engine import Engine, environment
 from launcher.client.handles import Run, SubmitError, Sweep
 from launcher.remote.record import RECORD
@@ -165,13 +165,8 @@ def _carried(where: str, value: Any) -> None:
             _carried(f"{where}[{key!r}]", item)
         return
     hint = " (a list arrives: give one)" if isinstance(value, tuple) else ""
-    raise TypeError(f"{where}={_brief(value)}: {type(value).__name__} does not arrive on the ranks as "
+    raise TypeError(f"{where}={short(value)}: {type(value).__name__} does not arrive on the ranks as "
                     f"given{hint}; config values are None, bools, numbers, strings, lists and mappings of them")
-
-
-def _brief(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _code(target: Any, workdir: Path, name: str | None, config: Any) -> tuple[dict[str, Any], bytes | None]:

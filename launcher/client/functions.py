@@ -104,13 +104,14 @@ def unpicklable(function: Any, err: Exception, dumps: Any) -> str:
             dumps(value)
         except Exception as inner_err:  # noqa: BLE001
             return (f"function={shown(function)}: cannot be pickled to travel to the ranks: {what} holds "
-                    f"{type(value).__name__} {_short(value)}, which cannot be pickled ({type(inner_err).__name__}: "
+                    f"{type(value).__name__} {short(value)}, which cannot be pickled ({type(inner_err).__name__}: "
                     f"{inner_err}); make it inside the function, or pass what it is made from in config")
     return (f"function={shown(function)}: cannot be pickled to travel to the ranks ({type(err).__name__}: {err}); "
             f"define it at the top of a module of your project, which the ranks import by name")
 
 
-def _short(value: Any) -> str:
+def short(value: Any) -> str:
+    """`value`'s repr, cut to 60 characters, for an error line."""
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 

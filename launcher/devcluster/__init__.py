@@ -67,8 +67,8 @@ from launcher.devcluster.processes import running_pid
 from launcher.devcluster.releases import DEFAULT_RELEASE, RELEASES, Release, release
 
 __all__ = [
-    "ACCOUNT", "APT_PACKAGES", "DEFAULT_RELEASE", "RELEASES", "Release", "release", "CLUSTER_NAME", "CRED_EXPIRE_S", "CTLD_PORT", "ClusterError",
-    "DAEMON_MARK_VAR", "DBD_PORT", "DEFAULT_MAX_ARRAY_SIZE", "GPU_NODES", "GPUS_PER_NODE",
+    "ACCOUNT", "APT_PACKAGES", "CLUSTER_NAME", "CRED_EXPIRE_S", "CTLD_PORT", "ClusterError", "DEFAULT_RELEASE",
+    "RELEASES", "Release", "release", "DAEMON_MARK_VAR", "DBD_PORT", "DEFAULT_MAX_ARRAY_SIZE", "GPU_NODES", "GPUS_PER_NODE",
     "HOSTS_FILE", "HOSTS_MARK", "MARIADB_PORT", "MAX_NODES", "Node", "OLD_HOSTS_MARKS",
     "PROJECT_ROOT", "READY_TIMEOUT_S", "REQUIRED_BINARIES", "STATE_DIR", "Spec",
     "USABLE_STATES", "client_env", "down", "ensure_hosts", "install", "is_up", "load_spec",
