@@ -243,6 +243,30 @@ def test_the_retry_step_reads_only_this_attempts_part_of_each_log(tmp_path: Path
     assert (verdict.origin, verdict.nodes) == ("node", ("cpu4",))
 
 
+def test_the_retry_step_reads_where_each_task_ran_from_the_tasks_own_notes(tmp_path: Path) -> None:
+    """Each SLURM task writes its node as data when its attempt starts (rank_notes.write_place); the retry step
+    reads it (not the banner's words, nor srun's block placement, which a --distribution=cyclic would break).
+    A note of an earlier attempt is not this attempt's."""
+    from launcher.cluster import rank_notes
+
+    folder = tmp_path / "logs" / "7"
+    folder.mkdir(parents=True)
+    for rank in (0, 1):
+        (folder / f"7_{rank}_log.err").write_text("")
+        (folder / f"7_{rank}_log.out").write_text("")
+    environ = {"SLURM_JOB_ID": "7", "SLURM_RESTART_COUNT": "0", "SLURM_JOB_NODELIST": "cpu[3-4]",
+               "SLURM_NTASKS_PER_NODE": "1", "SLURM_NTASKS": "2"}
+    rank_notes.write_place(folder, 1, "cpu2")  # an earlier attempt's note
+    (folder / "places" / "task-1.json").write_text(json.dumps({"task": 1, "host": "cpu2", "time": 1.0}))
+    facts.note_start(tmp_path, "7", 0)
+    marks = json.loads(facts.marks_path(tmp_path, "7").read_text())
+    rank_notes.write_place(folder, 0, "cpu4")  # this attempt: tasks placed cyclically, 0 on cpu4
+    (folder / "7_0_log.err").write_text("srun: error: cpu4: task 0: Killed\n")
+    ends, first = facts.rank_ends(tmp_path, "7", environ, marks)
+    assert [(e.rank, e.node) for e in ends] == [(0, "cpu4"), (1, "cpu4")] and first == 0  # 1: srun's placement
+    assert rank_notes.places(folder, 0.0) == {0: "cpu4", 1: "cpu2"}
+
+
 def test_a_later_submission_of_the_run_asks_sbatch_to_leave_its_nodes_out(tmp_path: Path) -> None:
     """--resume RUN (and any submission into the run's folder) excludes the run's left-out nodes, beside the
     profile's own sbatch_extra.exclude; the retry step's lines carry the profile's max_failures and patterns."""

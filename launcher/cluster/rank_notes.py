@@ -1,7 +1,8 @@
 """What each rank under a node's torchrun leaves for the others (the `launch: torchrun` shape): the
 notes folder in submitit's folder of the job, each rank's note (its result, its stop, or its error with
 the time it failed), a node's stop flag and its ranks' `probe` reports, named once here, and the one
-reader of the notes.
+reader of the notes. And, in both shapes, where each SLURM task of an attempt runs (`write_place`,
+`places`), which the batch script's retry step reads instead of the attempt banner's words.
 
 submitit keys a job's outcomes by SLURM task, which in that shape is a node, not a rank: the node's
 torchrun task (launcher.node.torchrun_task) names the failed rank from these notes, and so do `status`
@@ -14,13 +15,47 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from pathlib import Path
 from typing import Any
 
 from launcher.cluster.failures import Failure
 
 TORCHRUN_DIR = "torchrun"
+PLACES_DIR = "places"  # in submitit's folder of a job: which node each SLURM task of its attempt runs on
 _NOTE = re.compile(r"rank-(\d+)\.json")
+_PLACE = re.compile(r"task-(\d+)\.json")
+
+
+def write_place(job_folder: Path | str, task: int, host: str) -> None:
+    """A SLURM task's node as it starts an attempt (launcher.node.task.announce): data, so that the retry step
+    (launcher.heal) reads where each task ran without parsing the attempt banner. Written whole, then renamed."""
+    folder = Path(job_folder) / PLACES_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".task-{task}.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps({"task": task, "host": host, "time": time.time()}), encoding="utf-8")
+    os.replace(tmp, folder / f"task-{task}.json")
+
+
+def places(job_folder: Path | str, since: float) -> dict[int, str]:
+    """Each SLURM task's node, as its attempt that began at `since` (or later) wrote it; {} for none."""
+    folder = Path(job_folder) / PLACES_DIR
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return {}
+    found: dict[int, str] = {}
+    for name in names:
+        if (match := _PLACE.fullmatch(name)) is None:
+            continue
+        try:
+            note = json.loads((folder / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError, RecursionError):
+            continue
+        if isinstance(note, dict) and isinstance(note.get("host"), str) and \
+                isinstance(note.get("time"), (int, float)) and note["time"] >= since - 1:
+            found[int(match.group(1))] = note["host"]
+    return found
 
 
 def notes_dir(job_folder: Path | str) -> Path:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import re
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,13 +17,12 @@ from typing import Any
 
 from launcher.cluster.slurm.srun import task_failures
 from launcher.cluster.fault_origin import RankEnd
-from launcher.rundir.layout import ATTEMPT_BANNER, job_log_dir, log_name
+from launcher.cluster import rank_notes
+from launcher.rundir.layout import job_log_dir, log_name
 from launcher.rundir.outcomes import read_outcomes
 from trainer.distributed import environment, hostlist
 from trainer.rank.rundir import TIMING_DIR
 
-# The launcher's banner at the start of each attempt in every rank's log (launcher.node.task.TrainTask.announce).
-_BANNER = re.compile(re.escape(ATTEMPT_BANNER) + r" [^:]*:\d\d:\d\d: job \S+, .*?rank (\d+)/\d+ on (\S+), pid")
 # The retry step's own lines in rank 0's log (the batch script's output goes there): never evidence.
 OWN_PREFIX = "[heal]"
 
@@ -93,6 +91,7 @@ def rank_ends(run_root: Path, job: str, environ: Mapping[str, str], marks: dict[
     folder = job_log_dir(run_root, job)
     started = float(marks.get("time") or 0)
     places = placement(environ)
+    written = rank_notes.places(folder, started)  # where each task said it runs (else srun's block placement)
     ntasks = int(environ.get("SLURM_NTASKS", "0") or 0) or len(places) or 1
     outcomes = {rank: value for rank, value in read_outcomes(run_root, job).items()
                 if _written_since(folder / f"{job}_{rank}_result.pkl", started)}
@@ -101,8 +100,7 @@ def rank_ends(run_root: Path, job: str, environ: Mapping[str, str], marks: dict[
     ends = []
     for rank in range(ntasks):
         log = "\n".join(since(folder / log_name(job, rank, s), marks, until) for s in ("err", "out"))
-        banner = _BANNER.findall(log)
-        node = banner[-1][1] if banner else (places[rank] if rank < len(places) else "")
+        node = written.get(rank) or (places[rank] if rank < len(places) else "")
         kind, value = outcomes.get(rank, ("none", ""))
         outcome = "success" if kind == "success" else "error" if kind == "error" else "none"
         ends.append(RankEnd(rank, node, outcome, str(value) if outcome == "error" else "", log,

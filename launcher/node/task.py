@@ -40,6 +40,7 @@ from submitit.core.utils import UncompletedJobError
 from submitit.helpers import Checkpointable
 
 from launcher import submitit_private
+from launcher.cluster import rank_notes
 from launcher.cluster.slurm import allocation
 from trainer.config.job import JobConfig, RunSettings
 from trainer.distributed import environment
@@ -210,6 +211,10 @@ def announce(settings: RunSettings, **fields: Any) -> None:
     print(banner, flush=True)
     if not _same_terminal():  # each log file gets it; one terminal (debug executor) once
         print(banner, file=sys.stderr, flush=True)
+    folder, task = os.environ.get("SUBMITIT_FOLDER", ""), os.environ.get("SLURM_PROCID", "")
+    job_folder = Path(folder.replace("%j", environment.scheduler_job_id(os.environ))) if folder else None
+    if job_folder is not None and job_folder.is_dir() and task.isdigit():  # where this SLURM task runs, as data
+        rank_notes.write_place(job_folder, int(task), host)
     if env.is_main:
         events.append(settings.run_dir, "started", job_id=env.scheduler_job_id, slurm_restart_count=restart,
                       executor=os.environ.get("SUBMITIT_EXECUTOR", ""), host=host, world_size=env.world_size,
