@@ -148,8 +148,8 @@ def wait_for_run(sub: Submission, job: Any, as_json: bool, verbose: bool = False
     print(f"running {sub.tasks[0].job.name} on {sub.executor} ({sub.profile.world_size} rank(s)), "
           f"run folder {relative(sub.run_dir)}", flush=True)
     echo = rank0_echo(job, verbose) if sub.executor == "local" else None
-    policy = heal_policy(sub.request) if sub.request is not None and sub.executor == "slurm" else {}
-    pending = LeaveOutWhilePending(policy, str(job.job_id)) if policy else None
+    policy = heal_policy(sub.request) if sub.request is not None and sub.executor == "slurm" else None
+    pending = LeaveOutWhilePending(policy, str(job.job_id)) if policy is not None else None
     with echo or contextlib.nullcontext():
         done = wait(job, retries=sub.profile.failures_allowed > 0, pending=pending, run_dir=sub.run_dir)
     counted = restarts.read(sub.run_dir)

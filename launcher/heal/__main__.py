@@ -6,7 +6,6 @@ Never in the way of the job: any error of the step itself is one `[heal]` line, 
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import traceback
@@ -17,8 +16,10 @@ def main(argv: list[str]) -> int:
     status = int(argv[1]) if moment == "after" and len(argv) > 2 and argv[1].lstrip("-").isdigit() else 1
     os.umask(0o077)  # what it writes into the run folder is private, as the tasks' files are
     try:
-        policy = json.loads(argv[-1])
+        from launcher.cluster.slurm.healing import RetryPolicy
         from launcher.heal import attempt  # (after the arguments: a usage error costs no imports)
+
+        policy = RetryPolicy.loads(argv[-1])
 
         if moment == "before":
             return attempt.before(policy, os.environ)

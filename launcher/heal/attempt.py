@@ -12,7 +12,7 @@ from launcher.cluster import fault_origin
 from launcher.cluster.fault_origin import Verdict
 from launcher.cluster.slurm import requeue
 from launcher.cluster.slurm.env import slurm_env
-from launcher.cluster.slurm.healing import MOVED_EXIT
+from launcher.cluster.slurm.healing import MOVED_EXIT, RetryPolicy
 from launcher.heal import facts
 from launcher.heal.facts import OWN_PREFIX
 from launcher.rundir import exclusions, retries
@@ -26,9 +26,9 @@ MOST_MOVES = 3  # requeues of one job off a left-out node (a failed ExcNodeList 
 class Here:
     """This attempt: the job, its run and task folders, and the policy the batch script carries."""
 
-    def __init__(self, policy: dict[str, Any], environ: Mapping[str, str]) -> None:
+    def __init__(self, policy: RetryPolicy, environ: Mapping[str, str]) -> None:
         self.policy, self.environ = policy, environ
-        self.root = Path(policy["run"])
+        self.root = Path(policy.run)
         self.job = facts.job_id(environ)
         self.restart = facts.restart_count(environ)
         self.task_dir, self.run_root = facts.task_of(self.root, self.job)
@@ -40,7 +40,7 @@ class Here:
         print(f"{OWN_PREFIX} {line}", flush=True)
 
     def pinned(self) -> tuple[str, ...]:
-        return requeue.pinned(self.policy)
+        return self.policy.pinned_nodes()
 
     def leave_out(self, verdict: Verdict, why: str) -> list[dict[str, Any]]:
         """Add the verdict's nodes to the run's exclusion list, bounded by the partition's usable nodes."""
@@ -52,7 +52,7 @@ class Here:
         return entries
 
 
-def before(policy: dict[str, Any], environ: Mapping[str, str]) -> int:
+def before(policy: RetryPolicy, environ: Mapping[str, str]) -> int:
     """Before srun: note where this attempt's logs start; record a node SLURM lost in the previous
     attempt; move off a node the run leaves out (MOVED_EXIT: the script ends)."""
     here = Here(policy, environ)
@@ -89,7 +89,7 @@ def _lost_nodes(here: Here, previous: dict[str, Any]) -> None:
         ends, first = facts.rank_ends(here.root, here.job, here.environ, previous,
                                       {k: int(v) for k, v in (facts.read_marks(
                                           facts.marks_path(here.root, here.job)).get("sizes") or {}).items()})
-        verdict = fault_origin.classify(ends, here.policy.get("patterns") or [], first_dead=first)
+        verdict = fault_origin.classify(ends, list(here.policy.patterns), first_dead=first)
         down = list(verdict.nodes) if verdict.origin == "node" else []
     verdict = Verdict("node", None, f"SLURM lost node(s) {', '.join(down) or '?'} (NODE_FAIL)", tuple(down),
                       evidence="NODE_FAIL")
@@ -99,7 +99,7 @@ def _lost_nodes(here: Here, previous: dict[str, Any]) -> None:
                   excluded=[e["node"] for e in left if e["excluded"]])
 
 
-def after(status: int, policy: dict[str, Any], environ: Mapping[str, str]) -> int:
+def after(status: int, policy: RetryPolicy, environ: Mapping[str, str]) -> int:
     """After srun ended with `status` (not 0): classify, leave a failed node out, retry or end."""
     here = Here(policy, environ)
     marks = facts.read_marks(facts.marks_path(here.root, here.job))
@@ -123,11 +123,11 @@ def after(status: int, policy: dict[str, Any], environ: Mapping[str, str]) -> in
         return 0
     tool = tuple(str(root / package) for root in (CODE_ROOT, Path(here.run_root) / "code")
                  for package in ("trainer", "launcher"))  # this tool's frames are not the user's
-    verdict = fault_origin.classify(ends, policy.get("patterns") or [], tool_code=tool, first_dead=first,
-                                    stop_signal=str(policy.get("stop_signal") or ""))
+    verdict = fault_origin.classify(ends, list(policy.patterns), tool_code=tool, first_dead=first,
+                                    stop_signal=policy.stop_signal)
     started = float(marks.get("time") or 0)
     earlier = [e for e in log if events.starts_attempt(e) and e not in mine]
-    decision = retries.decide(verdict, log, here.job, int(policy.get("max_failures") or 0),
+    decision = retries.decide(verdict, log, here.job, policy.max_failures,
                               first_attempt=not earlier, reached_first_step=facts.reached_first_step(
                                   here.task_dir, started))
     left = here.leave_out(verdict, f"rank {verdict.rank}: {verdict.error}") if verdict.origin == "node" else []

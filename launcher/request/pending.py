@@ -16,10 +16,10 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from launcher.cluster.slurm import requeue
 from launcher.cluster.slurm.env import slurm_env
+from launcher.cluster.slurm.healing import RetryPolicy
 from launcher.rundir import exclusions
 
 LOOKS = 12  # accounting asked about one requeue at most this often (a round is 5 s): it may lag, or say no
@@ -28,8 +28,8 @@ LOOKS = 12  # accounting asked about one requeue at most this often (a round is 
 class LeaveOutWhilePending:
     """Called each round `--wait` finds the job pending in the controller; acts after a requeue only."""
 
-    def __init__(self, policy: dict[str, Any], job_id: str, say: Callable[[str], None] | None = None) -> None:
-        self.policy, self.job_id, self.root = policy, job_id, Path(policy["run"])
+    def __init__(self, policy: RetryPolicy, job_id: str, say: Callable[[str], None] | None = None) -> None:
+        self.policy, self.job_id, self.root = policy, job_id, Path(policy.run)
         self.say = say or (lambda line: print(line, file=sys.stderr, flush=True))
         self.said: set[str] = set()
         self.looked: dict[str, int] = {}  # how often each restart's NODE_FAIL was looked for in accounting
@@ -43,7 +43,7 @@ class LeaveOutWhilePending:
         if 0 <= self.looked.get(restart, 0) < LOOKS:
             found = self._lost_nodes(env)
             self.looked[restart] = -1 if found else self.looked.get(restart, 0) + 1
-        wanted = [n for n in exclusions.excluded(self.root) if n not in requeue.pinned(self.policy)]
+        wanted = [n for n in exclusions.excluded(self.root) if n not in self.policy.pinned_nodes()]
         missing = [n for n in wanted if n not in requeue.job_nodes(record, "ExcNodeList")]
         if not missing:
             return

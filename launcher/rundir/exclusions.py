@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from launcher.cluster.slurm.healing import RetryPolicy
 from launcher.rundir.layout import EXCLUDED_FILE
 
 
@@ -82,14 +83,14 @@ def add(run_root: Path | str, node: str, reason: str, *, task: int = 0, job_id: 
         return entry
 
 
-def add_bounded(run_root: Path | str, nodes: list[str] | tuple[str, ...], reason: str, policy: dict[str, Any],
+def add_bounded(run_root: Path | str, nodes: list[str] | tuple[str, ...], reason: str, policy: RetryPolicy,
                 env: dict[str, str], *, task: int = 0, job_id: str = "") -> list[dict[str, Any]]:
     """`add` each of `nodes`, bounded as the run's retry step `policy` (sbatch.heal_policy) says: the
     nodes the job names, and the partition's usable nodes as the controller reports them now."""
     from launcher.cluster.slurm import requeue  # (the controller: only where a node is left out)
 
     fitting, needed, part = requeue.bounds(policy, env)
-    return [add(run_root, node, reason, task=task, job_id=job_id, pinned=requeue.pinned(policy), fitting=fitting,
+    return [add(run_root, node, reason, task=task, job_id=job_id, pinned=policy.pinned_nodes(), fitting=fitting,
                 needed=needed, partition=part) for node in nodes]
 
 

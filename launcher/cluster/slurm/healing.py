@@ -19,10 +19,11 @@ Not in a container: the step calls `scontrol`, which images rarely hold.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 import sys
-from typing import Any
+from dataclasses import dataclass
 
 from trainer.distributed import hostlist
 
@@ -30,13 +31,57 @@ MODULE = "launcher.heal"
 MOVED_EXIT = 75  # `before` requeued the job without a node it must leave out
 
 
-def lines(policy: dict[str, Any], python: str | None) -> tuple[list[str], list[str]]:
+@dataclass(frozen=True)
+class RetryPolicy:
+    """What the retry step needs of the request (launcher.cluster.slurm.sbatch.heal_policy makes it): the run
+    folder, the profile's `max_failures` and `node_error_patterns`, the stop signal, and what a node must offer
+    (one node's share of the request, and the nodes it names), which bounds the run's exclusion list. It travels
+    in the batch script as one JSON argument (`dumps`), read back by `loads`, checked field by field."""
+
+    run: str
+    max_failures: int
+    patterns: tuple[str, ...]
+    partition: str
+    nodes: int
+    tasks_per_node: int
+    cpus_per_task: int
+    mem_per_node_mb: int
+    gpus_per_node: int
+    gpu_type: str
+    pinned: str  # sbatch_extra.nodelist: never left out
+    stop_signal: str
+
+    def dumps(self) -> str:
+        return json.dumps(dataclasses.asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def loads(cls, text: str) -> RetryPolicy:
+        """The policy a batch script carries; ValueError naming the field that is not what `dumps` wrote."""
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError(f"the retry step's policy is a {type(data).__name__}, not a JSON object")
+        kinds = {f.name: (int if f.type == "int" else str) for f in dataclasses.fields(cls) if f.name != "patterns"}
+        for name, kind in kinds.items():
+            value = data.get(name)
+            if not isinstance(value, kind) or isinstance(value, bool):
+                raise ValueError(f"the retry step's policy field {name!r} is {value!r}, not a {kind.__name__}")
+        patterns = data.get("patterns")
+        if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
+            raise ValueError(f"the retry step's policy field 'patterns' is {patterns!r}, not a list of strings")
+        return cls(**{name: data[name] for name in kinds}, patterns=tuple(patterns))
+
+    def pinned_nodes(self) -> tuple[str, ...]:
+        """The nodes the job names (sbatch_extra.nodelist): never left out of it."""
+        return tuple(hostlist.expand(self.pinned)) if self.pinned else ()
+
+
+def lines(policy: RetryPolicy | None, python: str | None) -> tuple[list[str], list[str]]:
     """(the line before srun, the line after it) for `policy` (launcher.cluster.slurm.sbatch.heal_policy;
     None: no retry step). `python`: what srun starts (None: this interpreter, as submitit's default)."""
-    if not policy:
+    if policy is None:
         return [], []
     command = f"{python or shlex.quote(sys.executable)} -m {MODULE}"
-    arg = shlex.quote(json.dumps(policy, separators=(",", ":")))
+    arg = shlex.quote(policy.dumps())
     before = f"{command} before {arg} || {{ [ $? -eq {MOVED_EXIT} ] && exit 0; }}"
     # (srun's status first: a run that succeeded starts no Python, and the script ends with srun's status)
     return [before], [f'srun_status=$?; [ "$srun_status" -eq 0 ] || {command} after "$srun_status" {arg}']

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
+from typing import Protocol
 from pathlib import Path
 
 from launcher.cluster.failures import last_line
@@ -239,7 +240,17 @@ def check_request(profile: SlurmRequest, partitions: dict[str, Partition], sourc
     return part
 
 
-def fitting_nodes(request: SlurmRequest, part: Partition) -> list[Node]:
+class NodeShare(Protocol):
+    """One node's share of a request: a SlurmRequest, or the retry step's policy (healing.RetryPolicy)."""
+
+    tasks_per_node: int
+    cpus_per_task: int
+    mem_per_node_mb: int
+    gpus_per_node: int
+    gpu_type: str
+
+
+def fitting_nodes(request: NodeShare, part: Partition) -> list[Node]:
     """The nodes of `part` that can hold one node's share of `request` (CPUs, memory, GPUs)."""
     cpus = request.tasks_per_node * request.cpus_per_task
     return [n for n in part.nodes if n.cpus >= cpus and n.memory_mb >= request.mem_per_node_mb

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Callable
-from typing import Any
 
 from launcher.cluster.failures import last_line
 from launcher.cluster.jobids import expand_array_id
 from launcher.cluster.slurm.accounting import sacct
 from launcher.cluster.slurm.limits import Partition, fitting_nodes, parse_partitions, parse_record, parse_records
-from launcher.cluster.slurm.sbatch import SlurmRequest
+from launcher.cluster.slurm.healing import RetryPolicy
 from trainer.distributed import hostlist
 
 TIMEOUT_S = 20.0
@@ -114,20 +113,10 @@ def still_down(nodes: list[str], env: dict[str, str], run: Run = scontrol) -> li
     return [n for n, rec in node_records(nodes, env, run).items() if lost(rec)]
 
 
-def bounds(policy: dict[str, Any], env: dict[str, str]) -> tuple[list[str] | None, int, str]:
+def bounds(policy: RetryPolicy, env: dict[str, str]) -> tuple[list[str] | None, int, str]:
     """What bounds the exclusion list of a run with the retry step's `policy` (sbatch.heal_policy): (the
     partition's nodes that can hold one node's share of the request, None where the controller does not
     say; the nodes the run needs; the partition's name)."""
-    part = partition(policy.get("partition", ""), env)
-    request = SlurmRequest(job_name="", nodes=int(policy["nodes"]), time_min=1,
-                           tasks_per_node=int(policy["tasks_per_node"]), cpus_per_task=int(policy["cpus_per_task"]),
-                           mem_per_node_mb=int(policy["mem_per_node_mb"]), gpus_per_node=int(policy["gpus_per_node"]),
-                           gpu_type=policy["gpu_type"])
-    fitting = None if part is None else [n.name for n in fitting_nodes(request, part)]
-    return fitting, request.nodes, part.name if part else ""
-
-
-def pinned(policy: dict[str, Any]) -> tuple[str, ...]:
-    """The nodes the job names (sbatch_extra.nodelist): never left out of it."""
-    given = policy.get("pinned") or ""
-    return tuple(hostlist.expand(given)) if given else ()
+    part = partition(policy.partition, env)
+    fitting = None if part is None else [n.name for n in fitting_nodes(policy, part)]
+    return fitting, policy.nodes, part.name if part else ""

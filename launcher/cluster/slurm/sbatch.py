@@ -146,17 +146,17 @@ def step_args(req: SlurmRequest) -> list[str]:
     return args + ([f"--mem={req.mem_per_node_mb}M"] if req.mem_per_node_mb else [])
 
 
-def heal_policy(req: SlurmRequest) -> dict[str, Any]:
-    """What the batch script's retry step needs of the request (launcher.cluster.slurm.healing); {}: no
+def heal_policy(req: SlurmRequest) -> healing.RetryPolicy | None:
+    """What the batch script's retry step needs of the request (launcher.cluster.slurm.healing); None: no
     such step (a job without a run folder, e.g. a probe's; a container, whose image rarely has scontrol;
     a job step of an allocation the submitter holds, which cannot requeue itself: `--resume` it)."""
     if not req.run_dir or req.container or req.step_name:
-        return {}
-    return {"run": req.run_dir, "max_failures": req.max_failures, "patterns": list(req.node_error_patterns),
-            "partition": req.partition, "nodes": req.nodes, "tasks_per_node": req.tasks_per_node,
-            "cpus_per_task": req.cpus_per_task, "mem_per_node_mb": req.mem_per_node_mb,
-            "gpus_per_node": req.gpus_per_node, "gpu_type": req.gpu_type,
-            "pinned": req.sbatch_extra.get("nodelist", ""), "stop_signal": req.signal}
+        return None
+    return healing.RetryPolicy(
+        run=req.run_dir, max_failures=req.max_failures, patterns=tuple(req.node_error_patterns),
+        partition=req.partition, nodes=req.nodes, tasks_per_node=req.tasks_per_node,
+        cpus_per_task=req.cpus_per_task, mem_per_node_mb=req.mem_per_node_mb, gpus_per_node=req.gpus_per_node,
+        gpu_type=req.gpu_type, pinned=req.sbatch_extra.get("nodelist", ""), stop_signal=req.signal)
 
 
 def parameters(req: SlurmRequest) -> dict[str, Any]:
