@@ -90,3 +90,21 @@ def test_the_python_handles_on_a_damaged_record_say_what_is_damaged(tmp_path: Pa
     with pytest.raises(SubmitError) as raised:
         handle.state()
     assert "run.json: not valid JSON" in str(raised.value)
+
+
+def test_the_retry_steps_policy_travels_typed_and_is_read_back_checked() -> None:
+    """The batch script carries the retry step's policy as one JSON argument: what the request made is what the
+    step reads, and a field that is not what was written is a ValueError naming it (the step then says so in
+    one line and the job goes on: launcher/heal/__main__.py)."""
+    from launcher.cluster.slurm.healing import RetryPolicy
+
+    policy = RetryPolicy(run="/r", max_failures=2, patterns=("Xid 79",), partition="gpu", nodes=2, tasks_per_node=4,
+                         cpus_per_task=8, mem_per_node_mb=1000, gpus_per_node=4, gpu_type="a100", pinned="gpu[1-2]",
+                         stop_signal="USR2")
+    assert RetryPolicy.loads(policy.dumps()) == policy and policy.pinned_nodes() == ("gpu1", "gpu2")
+    for field, value in (("nodes", "2"), ("max_failures", True), ("patterns", "Xid"), ("run", None)):
+        text = policy.dumps().replace(json.dumps({field: getattr(policy, field) if field != "patterns"
+                                                  else list(policy.patterns)})[1:-1],
+                                      json.dumps({field: value})[1:-1])
+        with pytest.raises(ValueError, match=f"'{field}'"):
+            RetryPolicy.loads(text)
