@@ -103,8 +103,9 @@ def test_the_retry_steps_policy_travels_typed_and_is_read_back_checked() -> None
                          stop_signal="USR2")
     assert RetryPolicy.loads(policy.dumps()) == policy and policy.pinned_nodes() == ("gpu1", "gpu2")
     for field, value in (("nodes", "2"), ("max_failures", True), ("patterns", "Xid"), ("run", None)):
-        text = policy.dumps().replace(json.dumps({field: getattr(policy, field) if field != "patterns"
-                                                  else list(policy.patterns)})[1:-1],
-                                      json.dumps({field: value})[1:-1])
+        compact = {"separators": (",", ":")}
+        was = json.dumps({field: list(policy.patterns) if field == "patterns" else getattr(policy, field)}, **compact)
+        text = policy.dumps().replace(was[1:-1], json.dumps({field: value}, **compact)[1:-1])
+        assert text != policy.dumps()
         with pytest.raises(ValueError, match=f"'{field}'"):
             RetryPolicy.loads(text)
