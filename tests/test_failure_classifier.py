@@ -282,3 +282,56 @@ def test_a_later_submission_of_the_run_asks_sbatch_to_leave_its_nodes_out(tmp_pa
     assert policy["max_failures"] == 1 and policy["patterns"] == ["LustreError"] and policy["run"] == str(tmp_path)
     fresh = build(profile, [point(profile, 0, JobConfig(name="digits"))], tmp_path / "new-run", is_sweep=False)
     assert "--exclude=cpu3,cpu4\n" in sbatch_script(fresh) + "\n"  # a new run: only the profile's own
+
+
+def test_a_retry_in_the_allocation_runs_the_batch_script_again_counted(tmp_path: Path) -> None:
+    """The retry step's teardown line as the batch script runs it: srun fails, `after` answers 76, the script runs
+    itself again ($0, with DDP_SUBMIT_RERUN=1); srun succeeds and the job ends 0. Any other answer is the job's
+    exit status, as before."""
+    import os
+    import subprocess
+
+    from launcher.cluster.slurm.healing import RERUN_EXIT, RetryPolicy, lines
+
+    policy = RetryPolicy(run=str(tmp_path), max_failures=2, patterns=(), partition="", nodes=1, tasks_per_node=1,
+                         cpus_per_task=1, mem_per_node_mb=0, gpus_per_node=0, gpu_type="", pinned="", stop_signal="USR2")
+    fake = tmp_path / "python"  # stands for the tasks' interpreter running `-m launcher.heal after STATUS POLICY`
+    for answer, expected in ((RERUN_EXIT, 0), (1, 1)):
+        (tmp_path / "runs").unlink(missing_ok=True)
+        fake.write_text(f'#!/bin/sh\necho "after $4 rerun=${{DDP_SUBMIT_RERUN:-0}}" >> {tmp_path}/said\nexit {answer}\n')
+        fake.chmod(0o755)
+        _, after = lines(policy, str(fake))
+        script = tmp_path / "slurm_script"
+        script.write_text("#!/bin/bash\n"
+                          f'n=$(cat {tmp_path}/runs 2>/dev/null || echo 0); echo $((n + 1)) > {tmp_path}/runs\n'
+                          f'echo "run $((n + 1)) rerun=${{DDP_SUBMIT_RERUN:-0}}" >> {tmp_path}/said\n'
+                          '[ "$n" -ge 1 ]  # srun: fails the first time\n' + after[0] + "\n")
+        script.chmod(0o755)
+        (tmp_path / "said").unlink(missing_ok=True)
+        done = subprocess.run([str(script)], env={**os.environ, "DDP_SUBMIT_RERUN": ""}, timeout=30)
+        said = (tmp_path / "said").read_text().splitlines()
+        assert done.returncode == expected, said
+        if answer == RERUN_EXIT:
+            assert said == ["run 1 rerun=0", "after 1 rerun=0", "run 2 rerun=1"], said
+        else:
+            assert said == ["run 1 rerun=0", "after 1 rerun=0"], said
+
+
+def test_a_failure_of_the_code_is_retried_in_the_allocation_while_time_is_left() -> None:
+    from launcher.cluster.slurm import requeue
+    from launcher.heal.attempt import RERUN_MIN_LEFT_S, _in_place
+
+    import datetime
+    import time
+
+    code = Verdict("code", 1, "RuntimeError: x", (), signature="RuntimeError at a.py:3")
+    node = Verdict("node", 1, "ECC", ("cpu2",))
+
+    def ending_in(seconds: float) -> dict[str, str]:  # a job record's EndTime, as scontrol writes it
+        return {"EndTime": datetime.datetime.fromtimestamp(time.time() + seconds).strftime("%Y-%m-%dT%H:%M:%S")}
+
+    assert requeue.seconds_left(ending_in(600)) == pytest.approx(600, abs=2)
+    assert requeue.seconds_left({"EndTime": "Unknown"}) is None
+    assert _in_place(code, ending_in(RERUN_MIN_LEFT_S + 60)) and _in_place(code, {"EndTime": "Unknown"})
+    assert not _in_place(code, ending_in(RERUN_MIN_LEFT_S - 60))  # too little left: a requeue gets a whole limit
+    assert not _in_place(node, ending_in(3600))  # a node's failure: requeued without that node

@@ -115,9 +115,13 @@ def test_a_bug_that_raises_on_every_attempt_stops_after_the_second_identical_fai
     assert failures[0]["signature"] == failures[1]["signature"]
     assert [e["step"] for e in events_named(run_dir, "resumed")] == [20]
     assert not (run_dir / "excluded-nodes.json").exists()  # the code's failure leaves every node in
-    sacct = subprocess.run(["sacct", "-j", result["job_id"], "-X", "-n", "-P", "-o", "State"], capture_output=True,
-                           text=True, timeout=30).stdout.split()
-    assert sacct and sacct[-1] == "FAILED", sacct
+    # Retried in its own allocation: one life of the job in accounting, never requeued (no wait for the job
+    # credential to expire, no turn in the queue), its two attempts under one SLURM restart count.
+    assert failures[0]["in_place"] is True and "in this allocation" in failures[0]["why"], failures[0]
+    sacct = subprocess.run(["sacct", "-j", result["job_id"], "-X", "-D", "-n", "-P", "-o", "State"],
+                           capture_output=True, text=True, timeout=30).stdout.split()
+    assert sacct == ["FAILED"], sacct
+    assert [e["slurm_restart_count"] for e in events_named(run_dir, "started")] == [0, 0]
 
 
 def test_a_script_whose_rank_is_killed_comes_back_by_itself_and_completes(tmp_path: Path) -> None:

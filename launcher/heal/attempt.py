@@ -12,7 +12,7 @@ from launcher.cluster import fault_origin
 from launcher.cluster.fault_origin import Verdict
 from launcher.cluster.slurm import requeue
 from launcher.cluster.slurm.env import slurm_env
-from launcher.cluster.slurm.healing import MOVED_EXIT, RetryPolicy
+from launcher.cluster.slurm.healing import MOVED_EXIT, RERUN_EXIT, RetryPolicy
 from launcher.heal import facts
 from launcher.heal.facts import OWN_PREFIX
 from launcher.rundir import exclusions, retries
@@ -21,6 +21,7 @@ from trainer.distributed import hostlist
 from trainer.rank import events
 
 MOST_MOVES = 3  # requeues of one job off a left-out node (a failed ExcNodeList update must not loop)
+RERUN_MIN_LEFT_S = 300  # a retry in this allocation has only the time limit's rest: with less, requeue
 
 
 class Here:
@@ -57,7 +58,7 @@ def before(policy: RetryPolicy, environ: Mapping[str, str]) -> int:
     attempt; move off a node the run leaves out (MOVED_EXIT: the script ends)."""
     here = Here(policy, environ)
     previous = facts.note_start(here.root, here.job, here.restart)
-    if here.restart and previous:
+    if here.restart and previous and not facts.rerun(environ):  # (a rerun here follows no SLURM-ended life)
         _lost_nodes(here, previous)
     banned = [n for n in exclusions.excluded(here.root) if n not in here.pinned()]
     landed = hostlist.expand(environ.get("SLURM_JOB_NODELIST", "")) if environ.get("SLURM_JOB_NODELIST") else []
@@ -111,7 +112,8 @@ def after(status: int, policy: RetryPolicy, environ: Mapping[str, str]) -> int:
         return status  # the stop signal ended it: submitit requeued it, or said why not
     # (A SIGTERM stop with the job still running was no scheduler's: srun's --kill-on-bad-exit ending the
     # peers of a rank that died. The scheduler's own end kills this script before it gets here.)
-    state = requeue.show_job(here.job, here.env).get("JobState", "")
+    record = requeue.show_job(here.job, here.env)
+    state = record.get("JobState", "")
     if state and state != "RUNNING":
         return status  # the scheduler is ending the job itself (scancel, time limit, requeue)
     ends, first = facts.rank_ends(here.root, here.job, environ, marks)
@@ -131,11 +133,15 @@ def after(status: int, policy: RetryPolicy, environ: Mapping[str, str]) -> int:
                               first_attempt=not earlier, reached_first_step=facts.reached_first_step(
                                   here.task_dir, started))
     left = here.leave_out(verdict, f"rank {verdict.rank}: {verdict.error}") if verdict.origin == "node" else []
+    in_place = decision.retry and _in_place(verdict, record)
+    why = decision.why + ("; in this allocation (no requeue)" if in_place else "")
     events.append(here.task_dir, retries.FAILURE_EVENT, job_id=here.job, restart=here.restart, **verdict.as_json(),
-                  retry=decision.retry, why=decision.why, excluded=[e["node"] for e in left if e["excluded"]])
-    here.say(f"the attempt failed ({verdict.origin}: {verdict.error}); {decision.why}")
+                  retry=decision.retry, why=why, in_place=in_place, excluded=[e["node"] for e in left if e["excluded"]])
+    here.say(f"the attempt failed ({verdict.origin}: {verdict.error}); {why}")
     if not decision.retry:
         return status
+    if in_place:
+        return RERUN_EXIT
     previous_handler = signal.signal(signal.SIGTERM, signal.SIG_IGN)  # SLURM ends this attempt meanwhile
     try:
         problem = requeue.requeue_without(here.job, exclusions.excluded(here.root), here.env)
@@ -144,6 +150,15 @@ def after(status: int, policy: RetryPolicy, environ: Mapping[str, str]) -> int:
     if problem:
         here.say(problem)
     return status if problem.startswith("scontrol requeue") else 0
+
+
+def _in_place(verdict: Verdict, record: dict[str, str]) -> bool:
+    """Whether to retry in this allocation rather than requeue: a failure of the code (every node is fine, and
+    none is left out), with at least RERUN_MIN_LEFT_S of the time limit left (a requeue starts a whole one)."""
+    if verdict.origin != "code":
+        return False
+    left = requeue.seconds_left(record)
+    return left is None or left >= RERUN_MIN_LEFT_S
 
 
 def _this_attempt(log: list[dict[str, Any]], here: Here) -> list[dict[str, Any]]:

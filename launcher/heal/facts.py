@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from launcher.cluster.slurm.healing import RERUN_VARIABLE
 from launcher.cluster.slurm.srun import task_failures
 from launcher.cluster.fault_origin import RankEnd
 from launcher.cluster import rank_notes
@@ -34,6 +35,12 @@ def job_id(environ: Mapping[str, str]) -> str:
 
 def restart_count(environ: Mapping[str, str]) -> int:
     return environment.restart_count(environ)
+
+
+def rerun(environ: Mapping[str, str]) -> int:
+    """How many times this attempt's batch script has run itself again in its allocation (the retry step)."""
+    value = environ.get(RERUN_VARIABLE, "0")
+    return int(value) if value.isdigit() else 0
 
 
 def marks_path(run_root: Path, job: str) -> Path:

@@ -3,14 +3,17 @@
     <setup lines>
     PYTHON -m launcher.heal before POLICY || { [ $? -eq 75 ] && exit 0; }
     srun ... python -u -m submitit.core._submit ...
-    srun_status=$?; [ "$srun_status" -eq 0 ] || PYTHON -m launcher.heal after "$srun_status" POLICY
+    srun_status=$?; [ "$srun_status" -eq 0 ] || { PYTHON -m launcher.heal after "$srun_status" POLICY;
+        heal=$?; [ "$heal" -ne 76 ] || { export DDP_SUBMIT_RERUN=$((...+1)); exec "$0"; }; exit "$heal"; }
 
 `before` notes where this attempt's part of each log starts, records a node SLURM lost in the previous
 attempt (NODE_FAIL), and moves an attempt that landed on a node the run leaves out back to the queue
 without it (75: then the script ends here). `after` runs once srun has ended with an error: it decides
 where the failure came from, adds a failed node to the run's exclusion list and, within the profile's
-`max_failures`, requeues the job without that node; otherwise it ends with srun's exit status, so the job
-fails as before. Both run on the batch host with the tasks' interpreter and code (the snapshot is on
+`max_failures`, requeues the job without that node, or retries a failure of the code (the nodes are
+fine) in this allocation (76: the script runs itself again, `DDP_SUBMIT_RERUN` counting: no requeue, so
+no wait for the job credential to expire, 120 s on a stock site, and no turn in the queue); otherwise it
+ends with srun's exit status, so the job fails as before. Both run on the batch host with the tasks' interpreter and code (the snapshot is on
 PYTHONPATH); a job the scheduler ends itself (scancel, a time limit, `scontrol requeue`) kills the
 script before `after` runs. POLICY (one JSON argument) carries what they need: the run folder, the
 profile's `max_failures` and `node_error_patterns`, and what a node must offer (to bound the list).
@@ -29,6 +32,9 @@ from trainer.distributed import hostlist
 
 MODULE = "launcher.heal"
 MOVED_EXIT = 75  # `before` requeued the job without a node it must leave out
+RERUN_EXIT = 76  # `after`: retry in this allocation; the batch script then runs itself again
+# How many times the batch script has run itself again in this allocation (`after` reads it: not a new life).
+RERUN_VARIABLE = "DDP_SUBMIT_RERUN"
 
 
 @dataclass(frozen=True)
@@ -83,8 +89,11 @@ def lines(policy: RetryPolicy | None, python: str | None) -> tuple[list[str], li
     command = f"{python or shlex.quote(sys.executable)} -m {MODULE}"
     arg = shlex.quote(policy.dumps())
     before = f"{command} before {arg} || {{ [ $? -eq {MOVED_EXIT} ] && exit 0; }}"
-    # (srun's status first: a run that succeeded starts no Python, and the script ends with srun's status)
-    return [before], [f'srun_status=$?; [ "$srun_status" -eq 0 ] || {command} after "$srun_status" {arg}']
+    # (srun's status first: a run that succeeded starts no Python, and the script ends with srun's status.) A
+    # retry in this allocation runs the whole script again, the same file ($0: slurmd's copy of it), counted.
+    rerun = f'export {RERUN_VARIABLE}=$(( ${{{RERUN_VARIABLE}:-0}} + 1 )); exec "$0"'
+    return [before], [f'srun_status=$?; [ "$srun_status" -eq 0 ] || {{ {command} after "$srun_status" {arg}; '
+                      f'heal=$?; [ "$heal" -ne {RERUN_EXIT} ] || {{ {rerun}; }}; exit "$heal"; }}']
 
 
 def exclude_value(given: str, left_out: list[str]) -> str:

@@ -11,7 +11,9 @@ nodes SLURM lost in a job's last attempt (NODE_FAIL); and what bounds a run's ex
 
 from __future__ import annotations
 
+import datetime
 import subprocess
+import time
 from collections.abc import Callable
 
 from launcher.cluster.failures import last_line
@@ -40,6 +42,15 @@ def show_job(job_id: str, env: dict[str, str], run: Run = scontrol) -> dict[str,
     """The controller's record of `job_id` ({} where it does not answer)."""
     code, out, _ = run(["show", "job", "-o", job_id], env)
     return parse_record(out.splitlines()[0]) if code == 0 and out.strip() else {}
+
+
+def seconds_left(record: dict[str, str], now: float | None = None) -> float | None:
+    """How long a running job's time limit still lets it run (its record's EndTime); None where unknown."""
+    try:
+        end = datetime.datetime.fromisoformat(record.get("EndTime", "")).timestamp()
+    except ValueError:  # "Unknown" (no limit), or no record
+        return None
+    return end - (time.time() if now is None else now)
 
 
 def job_nodes(record: dict[str, str], key: str) -> list[str]:
