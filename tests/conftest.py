@@ -85,7 +85,8 @@ CLUSTER_FIXTURES = ("slurm_cluster", "ssh_login")
 # 12's 22.05, the oldest supported; the whole suite runs on 24.11). A file, or one test of a file. What each
 # covers: the cluster itself and the release's reading (and the differences between releases: node lists,
 # the held start), multi-node submit and --wait, the preflight and the array split, requeue with bitwise
-# resume, a sweep's split array then a run --after it, the pool, the retry step leaving a bad node out,
+# resume, a sweep's split array then a run --after it, the pool, the retry step leaving a bad node out (and
+# retrying the code's failure in its allocation: the batch script runs itself again, $0),
 # accounting and run cost, --when, --in-allocation, --after a cancelled run, submission over SSH.
 SLURM_CORE = (
     "test_slurm_cluster.py",
@@ -100,6 +101,7 @@ SLURM_CORE = (
     "test_sweep.py::test_split_array_of_multinode_tasks_then_a_run_after_it",
     "test_pool.py",
     "test_self_healing.py::test_a_node_that_fails_every_rank_on_it_is_left_out_and_the_run_completes_bitwise_equal",
+    "test_self_healing.py::test_a_bug_that_raises_on_every_attempt_stops_after_the_second_identical_failure",
     "test_run_cost.py",
     "test_when.py",
     "test_in_allocation.py",
