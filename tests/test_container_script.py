@@ -32,8 +32,9 @@ def dry_run(tmp_path: Path, *args: str) -> dict:
 
 
 def normalised(info: dict, tmp_path: Path) -> str:
-    return (info["sbatch_script"].replace(info["run_dir"], "<RUN_DIR>").replace(str(ROOT), "<PROJECT>")
-            .replace(str(tmp_path), "<TMP>").replace(sys.executable, "<PYTHON>"))
+    # (the interpreter first: a venv of the checkout's own, .venv, lies inside the project)
+    return (info["sbatch_script"].replace(info["run_dir"], "<RUN_DIR>").replace(sys.executable, "<PYTHON>")
+            .replace(str(ROOT), "<PROJECT>").replace(str(tmp_path), "<TMP>"))
 
 
 @pytest.mark.parametrize("runtime", ["apptainer", "pyxis"])

@@ -94,8 +94,9 @@ def dry_run(tmp_path: Path, *args: str) -> dict:
 ])
 def test_the_request_lines_are_the_recorded_ones(tmp_path: Path, name: str, args: list[str]) -> None:
     info = dry_run(tmp_path, *args)
-    script = (info["sbatch_script"].replace(info["run_dir"], "<RUN_DIR>").replace(str(ROOT), "<PROJECT>")
-              .replace(str(tmp_path), "<TMP>").replace(sys.executable, "<PYTHON>"))
+    # (the interpreter first: a venv of the checkout's own, .venv, lies inside the project)
+    script = (info["sbatch_script"].replace(info["run_dir"], "<RUN_DIR>").replace(sys.executable, "<PYTHON>")
+              .replace(str(ROOT), "<PROJECT>").replace(str(tmp_path), "<TMP>"))
     recorded = DATA / f"gpu-{name}-dry-run.sbatch"
     if os.environ.get("UPDATE_RECORDED"):
         recorded.write_text(script)

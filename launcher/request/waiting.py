@@ -162,6 +162,8 @@ def wait(job: Any, poll_s: float = 1.0, force_every_s: float = 5.0, grace_s: flo
                     time.sleep(0.5)
                 break
             time.sleep(next(delays))
+        if outage.since is not None and not _is_local(job):  # the results came before the next question: ask
+            _controller_says(str(job.job_id), outage)  # once more, so the user is told whether it is back
     returned: list[dict[str, Any]] = []
     failures: list[Failure] = []
     srun_lines = srun.task_failures(_read(Path(tasks[0].paths.stderr))) if _is_scheduled(job) else []
