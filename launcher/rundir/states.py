@@ -182,6 +182,12 @@ def _from_folder(ts: TaskState, info: RecordedRun, job_id: str, outcomes: dict[i
     return failure
 
 
+def _returned(outcomes: dict[int, tuple[str, Any]], failure: Any) -> bool:
+    """A job step's run is over once rank 0 returned its result and no rank failed, though its step may stay
+    listed a while as it completes (seen on SLURM 22.05: `squeue --steps` right after the run ended)."""
+    return failure is None and outcomes.get(0, ("", None))[0] == "success"
+
+
 def _step_alive(info: RecordedRun, ended: bool) -> bool:
     """A run in an allocation held where it was submitted: its bash (on that host); from another host, its
     job step while squeue lists it. The allocation outlives the step, so it alone does not say the run
@@ -219,7 +225,8 @@ def _one_task(info: RecordedRun, task: int, job_id: str, history: list[str],
         ts.source = "sacct" if sacct and job_id in sacct else "squeue"
         _from_scheduler(ts, record, (squeue or {}).get(job_id), info.depends)
     elif info.executor == "local" and local.controller_alive(job_id, info.run_dir) or \
-            info.step and sacct is None and _step_alive(info, ended=bool(outcomes)):
+            info.step and sacct is None and not _returned(outcomes, failure) and \
+            _step_alive(info, ended=bool(outcomes)):
         ts.state, ts.source = "running", "process"
     else:
         failure = _from_folder(ts, info, job_id, outcomes, failure, silent)
