@@ -278,7 +278,7 @@ def test_a_later_submission_of_the_run_asks_sbatch_to_leave_its_nodes_out(tmp_pa
     script = sbatch_script(sub)
     assert "#SBATCH --exclude=cpu3,cpu4,cpu2" in script.splitlines()
     (after,) = [line for line in script.splitlines() if "-m launcher.heal after" in line]
-    policy = json.loads(after.split(" after \"$srun_status\" ", 1)[1].strip("'"))
+    policy = json.loads(after.split(" after \"$srun_status\" ", 1)[1].split("'")[1])
     assert policy["max_failures"] == 1 and policy["patterns"] == ["LustreError"] and policy["run"] == str(tmp_path)
     fresh = build(profile, [point(profile, 0, JobConfig(name="digits"))], tmp_path / "new-run", is_sweep=False)
     assert "--exclude=cpu3,cpu4\n" in sbatch_script(fresh) + "\n"  # a new run: only the profile's own

@@ -85,10 +85,10 @@ def cases() -> list[Any]:
 
     return [
         pytest.param(three_arguments, {}, "key 'entrypoint' has invalid value 'tests.test_python_functions:three_arguments'; "
-                     "the function must take (ctx) or (ctx, config), it takes (a, b, c)", id="signature, by name"),
+                     "the function must take (ctx) or (ctx, config), its signature is (a, b, c)", id="signature, by name"),
         pytest.param(no_ctx, {}, "key 'function' has invalid value 'tests.test_python_functions:cases.<locals>.no_ctx'; "
-                     "the function must take (ctx) or (ctx, config), it takes ()", id="signature, by value"),
-        pytest.param(lambda a, b, c: None, {}, "the function must take (ctx) or (ctx, config), it takes (a, b, c)",
+                     "the function must take (ctx) or (ctx, config), its signature is ()", id="signature, by value"),
+        pytest.param(lambda a, b, c: None, {}, "the function must take (ctx) or (ctx, config), its signature is (a, b, c)",
                      id="signature, a lambda"),
         pytest.param(NotAFunction, {}, "names a class, not a function", id="a class"),
         pytest.param(Callable(), {}, "an object of type Callable, not a function", id="a callable object"),
@@ -137,7 +137,7 @@ def test_after_and_when_are_checked_where_they_enter(tmp_path: Path) -> None:
         submit(by_name, cwd=tmp_path, after=[tmp_path])
     with pytest.raises(TypeError, match="give a profile as profile='dev-cluster'"):
         submit("dev-cluster", entrypoint="tests.userpkg.tiny:train")
-    with pytest.raises(SubmitError, match=r"the function must take \(ctx\) or \(ctx, config\), it takes \(\)"):
+    with pytest.raises(SubmitError, match=r"the function must take \(ctx\) or \(ctx, config\), its signature is \(\)"):
         submit(entrypoint=lambda: None, cwd=tmp_path)  # the function as entrypoint=, as well
     with pytest.raises(ValueError, match="needs configs=.* and/or grid="):
         sweep(by_name, cwd=tmp_path)

@@ -203,7 +203,7 @@ def test_a_function_pickled_by_value_travels_with_the_run(laptop: Laptop, monkey
     assert json.loads(there[2])["submission"]["function"], "the submission carries the pickled function"
     with pytest.raises(RunFailed, match="rank 1 raised KeyError: 'rank 1 has no shard'"):
         failing.result(timeout=600)
-    with pytest.raises(SubmitError, match=r"the function must take \(ctx\) or \(ctx, config\), it takes \(\)"):
+    with pytest.raises(SubmitError, match=r"the function must take \(ctx\) or \(ctx, config\), its signature is \(\)"):
         submit(lambda: None, profile="mylab.yaml", cwd=laptop.folder)
     assert not [r for r in laptop.records() if "-lambda-" in r.name], "a refused submission leaves no local record"
 

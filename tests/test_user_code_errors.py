@@ -89,5 +89,5 @@ def test_flexible_signatures_are_accepted(tmp_path: Path, signature: str) -> Non
 
 def test_incompatible_signature_is_still_refused(tmp_path: Path) -> None:
     write_package(tmp_path, "def main(ctx, config, extra):\n    pass\n")
-    assert_users_error(submit(tmp_path), tmp_path, "the function must take (ctx) or (ctx, config), it takes "
-                                                   "(ctx, config, extra)")
+    assert_users_error(submit(tmp_path), tmp_path, "the function must take (ctx) or (ctx, config), its "
+                                                   "signature is (ctx, config, extra)")

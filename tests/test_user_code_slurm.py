@@ -59,8 +59,14 @@ def test_user_function_on_two_nodes(slurm_cluster: Path, tmp_path: Path) -> None
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [16, 32, 48]
     assert (run_dir / "curves.png").is_file()
-    status = run_submit(["status", str(run_dir)], cwd=ROOT, timeout=60)
-    assert status.returncode == 0 and "completed" in status.stdout and "accuracy" in status.stdout
+    # --wait ends once every rank has returned; the scheduler records the job's end a moment later (on a loaded
+    # machine, seconds): status says what the scheduler says, so it is read once that has happened.
+    def completed() -> subprocess.CompletedProcess[str] | None:
+        shown = run_submit(["status", str(run_dir)], cwd=ROOT, timeout=60)
+        return shown if shown.returncode == 0 and "running" not in shown.stdout else None
+
+    status = wait_until(completed, 120, "status of the ended run", poll=1)
+    assert "completed" in status.stdout and "accuracy" in status.stdout, status.stdout
 
 
 def test_sweep_over_config_lr_and_resume_reruns_only_the_failed_point(slurm_cluster: Path, tmp_path: Path) -> None:
