@@ -120,3 +120,30 @@ def test_a_run_folders_file_names_are_written_where_they_are_named() -> None:
     leaks = [f"{rel(p)}:{line} {value}" for p in SOURCES if rel(p) not in homes for line, value in strings(p)
              if value in names]
     assert leaks == []
+
+
+def test_product_code_replaces_nothing_of_the_process_it_runs_in() -> None:
+    """A debug profile's run is the user's own process (launcher.client calls the command line's `main` there): no
+    attribute of a module of ours is replaced, `sys.argv` and `sys.stdin` stay the user's, and the client changes
+    no working directory. (`python -m ...` entry points own their process: their `__main__.py` may.)"""
+    leaks = []
+    for path in SOURCES:
+        if path.name == "__main__.py":
+            continue
+        ours = {alias.asname or alias.name.split(".")[0] for node in ast.walk(tree(path))
+                if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in ("launcher", "trainer")
+                or isinstance(node, ast.Import) for alias in node.names
+                if isinstance(node, ast.ImportFrom) or alias.name.split(".")[0] in ("launcher", "trainer")}
+        for node in ast.walk(tree(path)):
+            targets = node.targets if isinstance(node, ast.Assign) else \
+                [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+            for target in targets:
+                base = target.value if isinstance(target, ast.Subscript) else target
+                if isinstance(base, ast.Attribute) and isinstance(base.value, ast.Name) and \
+                        (base.value.id in ours or ast.unparse(base) in ("sys.argv", "sys.stdin")):
+                    leaks.append(f"{rel(path)}:{node.lineno} {ast.unparse(target)}")
+            if isinstance(node, ast.Call) and ast.unparse(node.func) in ("os.chdir", "setattr") and \
+                    (rel(path).startswith("launcher/client/") or ast.unparse(node.func) == "setattr"
+                     and isinstance(node.args[0], ast.Name) and node.args[0].id in ours):
+                leaks.append(f"{rel(path)}:{node.lineno} {ast.unparse(node)}")
+    assert leaks == []

@@ -141,6 +141,9 @@ def test_after_and_when_are_checked_where_they_enter(tmp_path: Path) -> None:
         submit(entrypoint=lambda: None, cwd=tmp_path)  # the function as entrypoint=, as well
     with pytest.raises(ValueError, match="needs configs=.* and/or grid="):
         sweep(by_name, cwd=tmp_path)
+    # A debug run is this process's own: it runs in its working directory, which is not changed for it.
+    with pytest.raises(ValueError, match=r"cwd='.*': a debug profile runs in this process .* os.chdir\(\) there first"):
+        submit(by_name, profile="debug", cwd=tmp_path)
     assert not (tmp_path / "runs").exists()
 
 
@@ -150,6 +153,7 @@ from launcher.client import submit
 
 def train(ctx, config):
     x = config["x"] + ctx.rank
+    print("argv", sys.argv, "stdin is mine", sys.stdin is sys.__stdin__, flush=True)
     breakpoint()
     return {"x": x}
 
@@ -168,6 +172,8 @@ def test_a_debug_profile_runs_the_function_here_where_breakpoint_stops(tmp_path:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "(Pdb) 42" in done.stdout and '-> return {"x": x}' in done.stdout  # stopped at the line, in the function
     assert "result 7 state completed" in done.stdout  # what was changed at the prompt is what it returned
+    # Nothing of this process was swapped to run the command line in it: its arguments and standard input are its own.
+    assert "argv ['debugging.py'] stdin is mine True" in done.stdout, done.stdout[-3000:]
     # The job and the pickle went through pipes: nothing is left in the temp folder (torch's own caches aside).
     assert [p.name for p in (tmp_path / "tmp").iterdir() if not p.name.startswith("torchinductor_")] == []
 

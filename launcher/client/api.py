@@ -8,12 +8,10 @@ wait for it), or, on a debug profile, once it has run here.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import math
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -241,25 +239,21 @@ def _start(cls: type[Run], profile: Any, job: str | None, data: dict[str, Any], 
 
 
 def _runs_here(profile: str, sets: Any, workdir: Path) -> bool:
-    """Whether the profile's executor is `debug` (its run is this process's: breakpoint() stops here)."""
+    """Whether the profile's executor is `debug`: its run is then this process's own (breakpoint() stops here),
+    in this process's working directory, which is never changed for it: `cwd=` elsewhere is refused."""
     try:
+        from launcher.config.profile import PROFILE_FILES
         from launcher.config.resolve import load_profile, parse_overrides
 
-        with _inside(workdir):
-            return load_profile(profile, parse_overrides(list(sets or []))["profile"])[0].executor == "debug"
+        found = PROFILE_FILES.find(profile, here=workdir)  # looked up from the submitter's folder, as the engine does
+        debug = load_profile(str(found), parse_overrides(list(sets or []))["profile"])[0].executor == "debug"
     except Exception:  # noqa: BLE001 - a profile that does not load: the engine says why, in its own words
         return False
-
-
-@contextlib.contextmanager
-def _inside(folder: Path) -> Iterator[None]:
-    """Profiles are looked up from the submitter's folder (./cluster_profiles), as the engine does."""
-    before = os.getcwd()
-    os.chdir(folder)
-    try:
-        yield
-    finally:
-        os.chdir(before)
+    if debug and workdir != Path.cwd().resolve():
+        raise ValueError(f"cwd={str(workdir)!r}: a debug profile runs in this process (so that breakpoint() "
+                         f"stops here), in its working directory {str(Path.cwd())!r}; os.chdir() there first, "
+                         f"or use a local profile to run elsewhere")
+    return debug
 
 
 def _is_sweep(folder: Path) -> bool:

@@ -7,17 +7,15 @@ request.channel: run_dir, queued, refused, result), and for a function pickled b
 the pickle from (`--function /dev/fd/N`). So the very same engine resolves, checks, makes the run folder
 and queues, with nothing re-implemented, and this process imports neither torch nor submitit.
 
-A `debug` profile's engine runs in this process instead (`python -m launcher` through runpy): the point
+A `debug` profile's engine runs in this process instead (the command line's `main`, called): the point
 of that profile is that `breakpoint()` in your function stops where you are, in the notebook or in the
 script's terminal. It then runs the whole run before returning, as `submit.py --profile debug` does.
 """
 
 from __future__ import annotations
 
-import io
 import json
 import os
-import runpy
 import subprocess
 import sys
 import threading
@@ -80,25 +78,20 @@ class Engine:
                 os.close(fd)
 
     def _run_here(self, args: list[str], job: str | None) -> None:
-        """`python -m launcher ARGS` in this process (the debug executor: pdb in your function works)."""
-        from trainer.config import files  # the standard input it read last time is not this job
+        """The command line's `main(ARGS)` in this process (the debug executor: pdb in your function works).
+        Nothing of this process is swapped for it: `sys.argv` and `sys.stdin` stay yours (pdb and input() read
+        your terminal; the job is handed to `main` as bytes), and the working directory is already `cwd`
+        (launcher.client.api runs a debug profile here only then)."""
+        from launcher.commands.main import main
 
-        files.forget_stdin()
-        saved_argv, saved_stdin, saved_cwd = sys.argv, sys.stdin, os.getcwd()
         saved_mask = os.umask(0o077)
         os.umask(saved_mask)
         pipe_ino = os.fstat(self._events_fd).st_ino
-        sys.argv = ["python -m launcher", *args]
-        if job is not None:
-            sys.stdin = _JobThenStdin(saved_stdin, job.encode())  # type: ignore[assignment]
         try:
-            os.chdir(self.cwd)
-            runpy.run_module("launcher", run_name="__main__", alter_sys=False)
-        except SystemExit as done:  # (`python -m launcher` always ends this way)
+            self.code = main(args, job=None if job is None else job.encode())
+        except SystemExit as done:  # (argparse's own exit, on arguments it refuses)
             self.code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
         finally:
-            sys.argv, sys.stdin = saved_argv, saved_stdin
-            os.chdir(saved_cwd)
             os.umask(saved_mask)  # the engine makes its files private (077); this process keeps its own
             # The engine closes it at its end, unless it ended before opening it: then it is closed here.
             _close_if(self._events_fd, pipe_ino)
@@ -144,27 +137,6 @@ class Engine:
 
 def tail(lines: list[str], count: int = 5) -> str:
     return " | ".join(line for line in lines[-count:] if line.strip()) or "(nothing on standard error)"
-
-
-class _JobThenStdin(io.TextIOBase):
-    """Standard input for an engine run here: `--job -` reads the generated job from `.buffer`; anything
-    else (pdb's prompt, input()) reads this process's own standard input."""
-
-    def __init__(self, real: Any, job: bytes) -> None:
-        super().__init__()
-        self._real, self.buffer = real, io.BytesIO(job)
-
-    def readline(self, size: int | None = -1) -> str:  # type: ignore[override]
-        return str(self._real.readline(size if size is not None else -1))
-
-    def read(self, size: int | None = -1) -> str:
-        return str(self._real.read(size if size is not None else -1))
-
-    def fileno(self) -> int:
-        return int(self._real.fileno())
-
-    def isatty(self) -> bool:
-        return bool(self._real.isatty())
 
 
 def _thread(target: Any, *args: Any) -> threading.Thread:

@@ -85,7 +85,9 @@ def submit_parser() -> ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, job: bytes | None = None) -> int:
+    """The command line: `argv` (this process's own arguments if None); `job`: what `--job -` reads instead of
+    standard input (launcher.client runs a debug profile's run here, with the user's stdin left to pdb)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     # Run folders hold pickles that submitit and `status` load: what this process writes (and the
     # local processes and SLURM jobs it starts, which inherit the umask) is private to the user.
@@ -96,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(words)
         if not command:
             channel.open_events(args.events)  # (for a program that started this one: launcher.client)
+            from trainer.config import files  # (YAML: not for `--help` or the subcommands)
+
+            files.use_stdin(job)
             if args.resume is not None and args.function is not None:
                 raise ConfigError(f"--function {args.function}: --resume runs the function its run folder holds")
         if (code := over_ssh(parser, command, words, args)) is not None:

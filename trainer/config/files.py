@@ -50,9 +50,9 @@ class FileKind:
     def shipped(self) -> Path:
         return lookup.shipped_dir(self.package, self.folder)
 
-    def find(self, name: str, relative_to: Path | None = None) -> Path:
+    def find(self, name: str, relative_to: Path | None = None, here: Path | None = None) -> Path:
         """The file NAME stands for (trainer.config.lookup's order), or a ConfigError listing what exists."""
-        return lookup.find(self.kind, self.folder, self.shipped, name, relative_to)
+        return lookup.find(self.kind, self.folder, self.shipped, name, relative_to, here)
 
     def prepare(self, data: Mapping[str, Any], base: Path, source: str, scope: str = "") -> dict[str, Any]:
         """One mapping's own keys as today's (former names renamed) with its relative paths read from
@@ -156,10 +156,11 @@ STDIN = "<stdin>"
 _stdin: list[bytes] = []  # read once: a submission may load the job more than once
 
 
-def forget_stdin() -> None:
-    """Read standard input again next time: the command line run again in the same process
-    (launcher.client runs a debug profile's submission in the caller's process)."""
-    _stdin.clear()
+def use_stdin(job: bytes | None) -> None:
+    """What `--job -` reads in this command's run: `job` (launcher.client hands a debug run's job to the
+    command line it runs in its own process, whose standard input stays the user's: pdb reads it), or
+    None: this process's standard input, read when first asked."""
+    _stdin[:] = [] if job is None else [job]
 
 
 def read_stdin() -> dict[str, Any]:

@@ -51,33 +51,36 @@ class Place(NamedTuple):
     folder: Path
 
 
-def places(folder: str, shipped: Path) -> list[Place]:
+def places(folder: str, shipped: Path, here: Path | None = None) -> list[Place]:
     """The folders searched for a name, in order; one folder seen twice (the checkout's own
-    cluster_profiles/ as the current directory's) is listed once, at its first place."""
+    cluster_profiles/ as the current directory's) is listed once, at its first place. `here`: the
+    submitter's folder when it is not this process's current directory (launcher.client's `cwd=`)."""
     out: list[Place] = []
-    for place in (Place("current directory", Path.cwd() / folder), Place("user folder", user_dir() / folder),
+    for place in (Place("current directory", (here or Path.cwd()) / folder), Place("user folder", user_dir() / folder),
                   Place("shipped", shipped)):
         if all(os.path.realpath(p.folder) != os.path.realpath(place.folder) for p in out):
             out.append(place)
     return out
 
 
-def find(kind: str, folder: str, shipped: Path, name: str, relative_to: Path | None = None) -> Path:
-    """The file NAME stands for (see the module's order), or a ConfigError listing what exists."""
+def find(kind: str, folder: str, shipped: Path, name: str, relative_to: Path | None = None,
+         here: Path | None = None) -> Path:
+    """The file NAME stands for (see the module's order), or a ConfigError listing what exists; `here` as
+    for `places`."""
     problem = values.file_name(name)
     if problem is not None:
         shown = values.shown_name(name)
         raise ConfigError(f"{kind} {shown}: expected the name or path of a {kind} file: {problem}")
-    candidates = [Path(name).expanduser()]
+    candidates = [(here or Path()) / Path(name).expanduser()]
     if relative_to is not None:
         candidates.append(relative_to / name)
-    for place in places(folder, shipped):
+    for place in places(folder, shipped, here):
         candidates += [place.folder / f"{name}.yaml", place.folder / name]
     for path in candidates:
         if _is_file(path):
             return path
     found = [f"{p.folder} ({', '.join(sorted(n for n in names(p.folder))) or 'none'})"
-             for p in places(folder, shipped)]
+             for p in places(folder, shipped, here)]
     raise ConfigError(f"{kind} '{name}' not found: not a file, and not a name in: {'; '.join(found)}")
 
 
