@@ -64,3 +64,18 @@ def test_attach_gives_a_one_point_sweep_a_sweeps_handle(tmp_path: Path) -> None:
     (sub.run_dir / "run.json").write_text(json.dumps({**json.loads(json.dumps(sub.describe(), default=str)),
                                                       "tasks": 1}))
     assert isinstance(attach(sub.run_dir), Sweep)
+
+
+def test_the_attempt_number_is_one_rule_for_the_ranks_and_for_status(tmp_path: Path) -> None:
+    """The ranks (trainer.rank.events.attempt_number) and `status` (TaskState.attempt, set in launcher.rundir.states)
+    number an attempt by `attempt_of`: the "started" events, or the scheduler's restarts plus one where it says more."""
+    from launcher.rundir import restarts
+    from trainer.rank import events
+
+    events.append(tmp_path, "started", job_id="7")
+    events.append(tmp_path, "failed", job_id="7")
+    events.append(tmp_path, "started", job_id="7")  # the retry step's second attempt, in the same allocation
+    logged = restarts.read(tmp_path).count
+    assert events.attempt_number(tmp_path, {"TORCHELASTIC_RESTART_COUNT": "5"}) == 2 == events.attempt_of(logged + 1)
+    assert events.attempt_of(logged + 1, scheduler_restarts=3) == 4  # requeued thrice, its rank 0 not started yet
+    assert events.attempt_of(0) == 1 and events.attempt_number(tmp_path / "never") == 1

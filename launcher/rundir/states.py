@@ -38,6 +38,7 @@ from launcher.rundir.layout import FAILURE_FILE, RESULT_FILE, TORCHRUN_DIR, job_
 from launcher.rundir.outcomes import failure_of, read_outcomes
 from launcher.rundir.record import RecordedRun, read_optional
 from launcher.rundir.task_state import ACTIVE, FINAL, TaskState, raised
+from trainer.rank import events
 
 _LOG_TIME = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")
 
@@ -244,8 +245,9 @@ def _one_task(info: RecordedRun, task: int, job_id: str, history: list[str],
         ts.failure = raised(ts.task_dir, ts.failed_rank)
     if ts.state == "completed" and outcomes.get(0, ("", None))[0] == "success":
         ts.result = outcomes[0][1] if isinstance(outcomes[0][1], dict) else None
-    if finished is not None:
-        ts.restarts = max(ts.restarts + len(history) - 1, int(finished.get("restarts") or 0))
-        return ts
-    ts.restarts = max(ts.restarts + len(history) - 1, restarts.read(ts.task_dir).count)
+    # The attempt's number by trainer.rank.events' one rule, from the attempts the task's log (or its result.json,
+    # once it has ended) counts and the scheduler's restarts (one per job id a --resume added, too).
+    scheduler = ts.restarts + len(history) - 1
+    logged = int(finished.get("restarts") or 0) if finished is not None else restarts.read(ts.task_dir).count
+    ts.restarts = events.attempt_of(logged + 1, scheduler) - 1
     return ts

@@ -73,12 +73,19 @@ def attempts(log: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     return out
 
 
+def attempt_of(started: int, scheduler_restarts: int = 0) -> int:
+    """The one rule for an attempt's number (1 for the first; the ranks, the trackers, `status`, `watch`): one per
+    "started" event the run's log holds, or the scheduler's restarts plus one where it says more: an attempt it
+    has begun (requeued, pending again) before a rank of it wrote "started"."""
+    return max(started, scheduler_restarts + 1, 1)
+
+
 def attempt_number(run_dir: Path | str, environ: Mapping[str, str] | None = None) -> int:
     """This attempt's number, 1 for the first: the run's "started" events as the launcher recorded
     them; for a run the launcher did not start (torchrun by hand, plain python), torchrun's restart
     count plus one. `status`, `watch`, the trackers and a script's rank all count with this."""
     started = sum(1 for e in read(run_dir) if starts_attempt(e))
     if started:
-        return started
+        return attempt_of(started)
     restarts = (os.environ if environ is None else environ).get("TORCHELASTIC_RESTART_COUNT", "")
     return int(restarts) + 1 if restarts.isdigit() else 1
