@@ -171,3 +171,20 @@ def test_the_readmes_own_code_example_runs_from_the_installed_wheel(venv: Path, 
     result = last_json(proc.stdout)
     assert result["world_size"] == 2 and result["steps"] == 60 and result["accuracy"] > 0.75, result
     assert Path(result["run_dir"]).parent == empty / "runs"
+
+
+def test_the_shipped_dev_cluster_profile_finds_the_dev_clusters_config_from_the_wheel(venv: Path, empty: Path) -> None:
+    """`--profile dev-cluster` from an installed wheel: its slurm_conf names the file `python -m launcher.devcluster
+    up` writes (both beside the wheel's shipped profiles), not a folder one level away from it."""
+    probe = ("import json; from launcher.config.resolve import load_profile; from launcher.devcluster import paths\n"
+             "profile = load_profile('dev-cluster')[0]\n"
+             "print(json.dumps({'profile': profile.slurm_conf_file, 'cluster': str(paths.slurm_conf_path()),"
+             " 'module': paths.__file__}))\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "DDP_SUBMIT_CONFIG_DIR", "SLURM_CONF",
+                                                             "DEV_CLUSTER_DIR")}
+    done = subprocess.run([str(venv / "bin" / "python"), "-c", probe], cwd=empty, env=env, capture_output=True,
+                          text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = json.loads(done.stdout.splitlines()[-1])
+    assert said["module"].startswith(str(venv)), said
+    assert said["profile"] == said["cluster"] and said["cluster"].startswith(str(venv)), said
