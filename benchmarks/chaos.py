@@ -38,7 +38,7 @@ os.environ.setdefault("SLURM_CONF", str(ROOT / ".dev-cluster" / "slurm.conf"))  
 import chaos_checks as cc  # noqa: E402 - beside this file
 import common  # noqa: E402
 import chaos_faults as cf  # noqa: E402
-from tests.test_node_failure import two_nodes  # noqa: E402
+from launcher.devcluster.faults import two_nodes  # noqa: E402
 
 CACHE = Path(os.environ.get("DDP_BENCH_CACHE", Path.home() / ".cache" / "ddp-bench")) / "chaos"
 KINDS = cf.ALL_KINDS

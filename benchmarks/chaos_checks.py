@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import chaos_faults as cf
-from tests.test_exact_resume import same_weights
 from trainer.rank import checkpoint
+from trainer.rank.checkpoint import same_weights
 
 ROOT = Path(__file__).resolve().parent.parent
 SWEEP_TASKS = 3

@@ -18,9 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from launcher.devcluster import daemons, running_pid
-from tests.test_controller_restart import controller_back
-from tests.test_node_failure import kill_node, restore, returned_and_settled, scontrol_job
-from tests.test_requeue_slurm import job_start
+from launcher.devcluster.faults import controller_back, job_start, kill_node, restore, returned_and_settled, scontrol_job
 from trainer.rank import events
 
 # name: (what it does, the kinds whose code or job allows it)

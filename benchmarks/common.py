@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.cifar_format import CLASSES, write_cifar10  # noqa: E402 - the same writer the tests use
+from trainer.recipes.cifar_files import CLASSES, write_cifar10  # noqa: E402 - the same writer the tests use
 
 # Everything a benchmark makes (converted images, synthetic data, run folders) lives here, never in
 # the repository: arrays made from the CIFAR-10 JPEGs must not be committed.

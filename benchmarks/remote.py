@@ -1,6 +1,6 @@
 """Submitting over SSH (issue 23, docs/remote.md): what the connection, the preflight and the sync add.
 
-Through the tests' real sshd on 127.0.0.1 (tests/sshd.py: an unprivileged account whose login
+Through the tests' real sshd on 127.0.0.1 (launcher/devcluster/sshd.py: an unprivileged account whose login
 environment alone reaches the dev cluster), with the shared connection already open (warm):
   1. one submission of `digits` over SSH (`--profile` with `login:`), timed on the laptop, beside
      the same submission made on the login node itself (the cluster side's copy of the tool, run
@@ -34,10 +34,10 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.common import load_note  # noqa: E402
 from benchmarks.snapshot import make_repo  # noqa: E402
 from launcher import devcluster  # noqa: E402
+from launcher.devcluster import sshd  # noqa: E402
 from launcher.remote import sync, transport  # noqa: E402
 from launcher.remote.connection import Connection  # noqa: E402
 from launcher.rundir import snapshot  # noqa: E402
-from tests import sshd  # noqa: E402
 
 HOLD = ["--set", "profile.sbatch_extra.begin=now+1hour", "--set", "job.epochs=1", "--json"]
 # On the login node: the same tool the SSH submission runs there, timed there (the ssh around it is not).

@@ -179,8 +179,8 @@ def slurm_cluster() -> Iterator[Path]:
 
 @pytest.fixture(scope="session")
 def ssh_login(slurm_cluster: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    """A real sshd on 127.0.0.1 whose unprivileged account alone reaches the dev cluster (tests/sshd.py)."""
-    from tests import sshd
+    """A real sshd on 127.0.0.1 whose unprivileged account alone reaches the dev cluster (launcher/devcluster/sshd.py)."""
+    from launcher.devcluster import sshd
 
     if not Path(sshd.SSHD).exists() or shutil.which("rsync") is None:
         if os.environ.get("CI"):

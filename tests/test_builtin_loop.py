@@ -20,10 +20,10 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DistributedSampler
 
-from tests.cifar_format import random_cifar10
 from trainer.config.job import JobConfig, RunSettings
 from trainer.rank.stopping import StopRequested
 from trainer.recipes import components, data
+from trainer.recipes.cifar_files import random_cifar10
 from trainer.recipes.training import InjectedFailure
 from trainer.runners.dispatch import run_job
 

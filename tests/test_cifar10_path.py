@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.cifar_format import random_cifar10
 from tests.helpers import last_json, run_submit
+from trainer.recipes.cifar_files import random_cifar10
 
 
 def test_cifar10_job_trains_lenet_from_a_local_cifar10_copy(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from launcher.devcluster import daemons, load_spec, running_pid
+from launcher.devcluster.faults import controller_back
 from trainer.rank.rundir import checkpoint_name
 from tests.helpers import ROOT, last_json, run_submit, wait_until
 from tests.test_exact_resume import _popen_submit
@@ -55,15 +56,6 @@ def first_checkpoint(folder: Path) -> Path:
     run_dir = wait_until(lambda: next((folder / "runs").glob("*/run.json"), None), 120, "the run folder").parent
     wait_until(lambda: checkpoints(run_dir), 300, "the run's first checkpoint (its first steps)", poll=0.2)
     return run_dir
-
-
-def controller_back() -> None:
-    """slurmctld running and answering, every node of the dev cluster usable."""
-    spec = load_spec()
-    assert spec is not None, "the dev cluster's spec is gone"
-    if not running_pid("slurmctld"):
-        daemons.start_slurmctld(spec)
-    daemons.wait_nodes_ready(spec, timeout=240)
 
 
 @pytest.mark.slurm

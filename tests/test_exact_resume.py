@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 
 from tests.helpers import (
     ROOT,
@@ -36,13 +35,9 @@ from tests.helpers import (
 )
 from trainer.config.job import JobConfig, RunSettings
 from trainer.rank import events
+from trainer.rank.checkpoint import same_weights
 from trainer.rank.stopping import StopRequested
 from trainer.runners.dispatch import run_job
-
-
-def same_weights(a: Path, b: Path) -> bool:
-    x, y = torch.load(a), torch.load(b)
-    return x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
 
 
 def metric_lines(run_dir: Path) -> list[dict[str, Any]]:

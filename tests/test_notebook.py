@@ -15,7 +15,8 @@ import pytest
 
 from tests.helpers import run_submit
 from tests.notebook import Kernel
-from tests.test_user_code import logged, same_weights  # (the same comparisons as for a module's function)
+from tests.test_user_code import logged
+from trainer.rank.checkpoint import same_weights  # (the same comparisons as for a module's function)
 
 # A cell of a notebook: a typed config and a training function on the public API (tests/userpkg/tiny.py's
 # model and data, smaller); torch and trainer.api are imported inside it, where it runs.

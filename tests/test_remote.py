@@ -1,5 +1,5 @@
 """Submitting from a laptop over SSH (profile `login:`, docs/remote.md), through a real sshd whose
-unprivileged account alone reaches the dev cluster (tests/sshd.py). The submitting side has no
+unprivileged account alone reaches the dev cluster (launcher/devcluster/sshd.py). The submitting side has no
 SLURM_CONF and looks at the cluster side only through ssh.
 
 One training run (started first, in the background) is checked for several things; the preflight
@@ -459,7 +459,7 @@ def test_the_request_queued_there_is_the_one_the_dry_run_showed(laptop: Laptop, 
 def test_an_ssh_uri_login_reaches_the_cluster_side(laptop: Laptop, tmp_path: Path) -> None:
     """`login: ssh://user@host:port` (OpenSSH's own form): ssh and rsync reach the same account, the
     port passed as -p; the cluster side then refuses an unknown partition, so nothing is queued."""
-    from tests import sshd
+    from launcher.devcluster import sshd
 
     login = f"ssh://{sshd.USER}@127.0.0.1:{laptop.server.port}"  # type: ignore[attr-defined]
     done = laptop.run("--profile", "mylab.yaml", "--set", f"profile.login={login}", "--set",

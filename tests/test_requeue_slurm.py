@@ -5,7 +5,6 @@ the uninterrupted run."""
 
 from __future__ import annotations
 
-import datetime
 import os
 import signal
 import subprocess
@@ -15,9 +14,11 @@ from typing import Any
 
 import pytest
 
+from launcher.devcluster.faults import job_start
 from tests.helpers import assert_one_mlflow_run, last_json, recipe_params, run_submit, wait_until
-from tests.test_exact_resume import _popen_submit, attempt_banners, rank_pid, same_weights
+from tests.test_exact_resume import _popen_submit, attempt_banners, rank_pid
 from trainer.rank import events
+from trainer.rank.checkpoint import same_weights
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
 
@@ -111,15 +112,6 @@ def test_time_limit_signal_requeues_then_the_time_out_cap_ends_the_job(tmp_path:
     assert first["requeued"] and first["reason"] == "timeout" and not second["requeued"]
     (resumed,) = events_of(run_dir, "resumed")
     assert resumed["step"] == first["step"]
-
-
-
-def job_start(job_id: str) -> float:
-    """When SLURM started the job's current attempt (epoch seconds)."""
-    out = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, check=True,
-                         timeout=30).stdout
-    stamp = out.split("StartTime=")[1].split()[0]
-    return datetime.datetime.fromisoformat(stamp).timestamp()
 
 
 def test_a_run_requeued_by_its_time_limit_completes_bitwise_identical_to_an_uninterrupted_one(

@@ -1,6 +1,6 @@
 """`script:` jobs: the corrected seed program (examples/seed_cifar10.py), unchanged, run once per rank
 in torchrun's environment by the submitter (local, and 2 nodes of the dev cluster) and under plain
-torchrun; on locally made CIFAR-10 files (tests/cifar_format.py), never the real download."""
+torchrun; on locally made CIFAR-10 files (trainer/recipes/cifar_files.py), never the real download."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.cifar_format import random_cifar10
 from tests.helpers import (ROOT, ended_after_one_requeue, killed_at_exit, last_json, preempt, rank_pid, run_submit,
                            run_submits, wait_until)
 from tests.test_exact_resume import _popen_submit
 from trainer.rank import events
+from trainer.recipes.cifar_files import random_cifar10
 
 SEED = ROOT / "examples" / "seed_cifar10.py"
 

@@ -21,8 +21,9 @@ from typing import Any
 import pytest
 
 from tests.helpers import ROOT, last_json, run_submit, wait_until
-from tests.test_exact_resume import _popen_submit, rank_pid, same_weights
+from tests.test_exact_resume import _popen_submit, rank_pid
 from trainer.rank import events
+from trainer.rank.checkpoint import same_weights
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
 
@@ -155,7 +156,7 @@ def test_a_job_slurm_requeued_after_node_fail_leaves_the_lost_node_out_before_it
     # node stops answering (NODE_FAIL). A blocker holds the cluster's other cpu nodes, so the requeued job waits:
     # `--wait` must set its ExcNodeList while it waits, not move it once it started there (no "moved" event).
     # Whole nodes (4 CPUs a task on the dev cluster's 4-CPU nodes): nothing else runs on the node killed.
-    from tests.test_node_failure import kill_node, restore, scontrol_job
+    from launcher.devcluster.faults import kill_node, restore, scontrol_job
 
     blocker, lost, run = "", "", None
     try:
@@ -207,7 +208,7 @@ def test_a_signal_that_comes_after_the_ranks_returned_their_results_ends_the_job
     # it once reached submitit's handler, which requeued the finished job; its last steps ran again and met the signal
     # again, until max_failures ended it FAILED (the chaos soak's run39). The ranks' own handlers now only note it.
     # A signal no handler takes (KILL) fails srun after the results: the retry step sees the work done.
-    from tests.test_node_failure import scontrol_job
+    from launcher.devcluster.faults import scontrol_job
 
     code, result, err = Run(tmp_path, f"job.config.signal_at_exit={signal_name}").result()
     assert code == 0, err[-3000:]

@@ -12,13 +12,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import torch
 
 from tests.helpers import ROOT, last_json, run_submit, run_submits
 from trainer.config.job import JobConfig, RunSettings
 from trainer.rank import events
 from trainer.rank.stopping import StopRequested
 from trainer.runners.dispatch import run_job
+from trainer.rank.checkpoint import same_weights
 
 JOB = """name: tiny
 entrypoint: "tests.userpkg.tiny:train"
@@ -28,11 +28,6 @@ config:
   lr: 0.1
   epochs: 3
 """
-
-
-def same_weights(a: Path, b: Path) -> bool:
-    x, y = torch.load(a), torch.load(b)
-    return x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
 
 
 def logged(run_dir: Path) -> list[dict[str, Any]]:

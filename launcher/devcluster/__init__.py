@@ -14,7 +14,9 @@ SLURM, and where its programs are: this machine's packages, or Debian 13's unpac
 spec, slurm.conf/gres.conf/slurmdbd.conf, /etc/hosts), ``processes`` (pid
 files, starting and stopping), ``daemons`` (munge, MariaDB, slurmdbd,
 slurmctld, slurmd, accounting, node readiness), ``commands`` and ``cli`` (with
-``__main__``: ``python -m launcher.devcluster``).
+``__main__``: ``python -m launcher.devcluster``); for the tests and benchmarks, ``faults`` (a node dying and
+coming back, the controller back, on purpose) and ``sshd`` (a real OpenSSH server as the cluster's login node),
+which this file does not import.
 It imports nothing else from ``launcher``. This file only hands names on.
 """
 

@@ -127,6 +127,12 @@ def load_into(obj: Any, state: Any) -> None:
         obj.load_state_dict(state)
 
 
+def same_weights(a: Path, b: Path) -> bool:
+    """Whether two saved state dicts hold bitwise-equal tensors: what an exact resume promises."""
+    x, y = torch.load(a), torch.load(b)
+    return x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
+
+
 def capture_rng(device: torch.device) -> dict[str, Any]:
     """This rank's random number generators (all that can affect training)."""
     return {"torch": torch.get_rng_state(),

@@ -1,6 +1,6 @@
 """Write CIFAR-10 in torchvision's on-disk format (cifar-10-batches-py), from arrays made locally.
 
-Tests use it to exercise the real torchvision loading path without the network.
+The tests and benchmarks use it to exercise the real torchvision loading path without the network.
 """
 
 from __future__ import annotations

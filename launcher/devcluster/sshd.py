@@ -1,4 +1,5 @@
-"""A real OpenSSH server on 127.0.0.1 standing in for a cluster's login node (docs/remote.md).
+"""A real OpenSSH server on 127.0.0.1 standing in for the dev cluster's login node, for the tests and benchmarks
+(docs/remote.md).
 
 The cluster side is an unprivileged account (`ddpremote`) whose login environment alone reaches
 the dev cluster: its `~/.ssh/environment` sets SLURM_CONF (the server allows it with
