@@ -19,12 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from launcher.cluster import pool_claims
+from launcher.cluster import local, pool_claims
 from launcher.cluster.pool_claims import Claims, Worker
 from launcher.cluster.slurm.healing import MOVED_EXIT, RetryPolicy
 from launcher.heal import attempt
 from launcher.rundir import exclusions, pool_states
 from launcher.rundir.record import RecordedRun
+from tests.helpers import wait_until
 from trainer.rank import events
 
 
@@ -120,6 +121,8 @@ def live_worker(tmp_path: Path) -> Iterator[str]:
     proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", "submitit.local._local",
                              str(tmp_path)], stdin=subprocess.PIPE)
     try:
+        # Until its command line reads as one (/proc shows an empty one for a moment while the process starts).
+        wait_until(lambda: local.controller_alive(str(proc.pid), tmp_path), 30, "the worker's command line")
         yield str(proc.pid)
     finally:
         proc.send_signal(signal.SIGKILL)
@@ -161,3 +164,92 @@ def test_each_points_state_once_no_worker_is_left(tmp_path: Path) -> None:
     cancelled = pool(tmp_path, "local", ["999999999"], tasks=3)
     cancelled.record["cancelled_at"] = 2.0  # `cancel RUN` after its last submission: not run, by the user's word
     assert [s.state for s in pool_states.task_states(cancelled)][2] == "cancelled"
+
+
+# ----- the retry step after srun ended with an error (launcher.heal.attempt.after) ----------------------------
+
+USER_BUG = ("Job (task=0) failed during processing with trace:\n----------------------\n"
+            "Traceback (most recent call last):\n  File \"/home/me/proj/train.py\", line 41, in f\n    x()\n"
+            "ValueError: shapes (3,) and (4,) do not match\n----------------------\n")
+PEER_LOST = ("Job (task=1) failed during processing with trace:\n----------------------\n"
+             "Traceback (most recent call last):\n  File \"/usr/lib/python3/site-packages/torch/c10d.py\", line 9, "
+             "in f\n    x()\nRuntimeError: [../gloo/transport/tcp/pair.cc:534] Connection closed by peer\n"
+             "----------------------\n")
+
+
+def failed_attempt(run: Path, results: dict[int, tuple[str, str] | None], killed_line: str = "",
+                   stepped: bool = False) -> dict[str, str]:
+    """An attempt of job 7 on cpu[3-4] as the retry step finds it after srun: each rank's log and result pickle
+    (None: the rank left none), its "started" event, the trainer's first-step mark if it took one."""
+    import json
+    import pickle
+    import time
+
+    from launcher.cluster import rank_notes
+    from launcher.heal.facts import TIMING_DIR, note_start
+
+    environ = {**landed("cpu[3-4]", "7"), "SLURM_NTASKS_PER_NODE": "1", "SLURM_NTASKS": "2"}
+    folder = run / "logs" / "7"
+    folder.mkdir(parents=True)
+    for rank in results:
+        (folder / f"7_{rank}_log.err").write_text("")
+        (folder / f"7_{rank}_log.out").write_text("")
+    note_start(run, "7", 0)
+    events.append(run, "started", job_id="7", slurm_restart_count=0)
+    for rank, node in ((0, "cpu3"), (1, "cpu4")):
+        rank_notes.write_place(folder, rank, node)
+    (folder / "7_0_log.err").write_text(killed_line)
+    for rank, result in results.items():
+        if result is not None:
+            with open(folder / f"7_{rank}_result.pkl", "wb") as fh:
+                pickle.dump(result, fh)
+    if stepped:
+        (run / TIMING_DIR).mkdir(parents=True, exist_ok=True)
+        (run / TIMING_DIR / "rank-0.json").write_text(json.dumps({"first_step": time.time()}))
+    return environ
+
+
+def last_failure(run: Path) -> dict[str, object]:
+    return [e for e in events.read(run) if e["event"] == "failure"][-1]
+
+
+def test_a_bug_before_the_first_step_of_the_first_attempt_is_not_retried(tmp_path: Path, no_controller: None) -> None:
+    environ = failed_attempt(tmp_path, {0: ("error", USER_BUG), 1: ("error", PEER_LOST)})
+    assert attempt.after(1, policy(tmp_path), environ) == 1  # srun's status: the job ends failed
+    failure = last_failure(tmp_path)
+    assert failure["origin"] == "code" and failure["retry"] is False and "before the first step" in str(failure["why"])
+    assert exclusions.excluded(tmp_path) == []
+
+
+def test_a_bug_after_the_first_step_is_retried_in_the_allocation(tmp_path: Path, no_controller: None,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    from launcher.cluster.slurm.healing import RERUN_EXIT
+
+    environ = failed_attempt(tmp_path, {0: ("error", USER_BUG), 1: ("error", PEER_LOST)}, stepped=True)
+    assert attempt.after(1, policy(tmp_path), environ) == RERUN_EXIT
+    failure = last_failure(tmp_path)
+    assert failure["retry"] is True and failure["in_place"] is True and failure["rank"] == 0
+    assert "in this allocation" in capsys.readouterr().out
+    # The same bug again, on the retry: not retried a second time.
+    events.append(tmp_path, "started", job_id="7", slurm_restart_count=0)
+    assert attempt.after(1, policy(tmp_path), environ) == 1
+    assert last_failure(tmp_path)["retry"] is False and "the same" in str(last_failure(tmp_path)["why"])
+
+
+def test_a_killed_rank_leaves_its_node_out_and_the_job_is_requeued_without_it(
+        tmp_path: Path, no_controller: None, capsys: pytest.CaptureFixture[str]) -> None:
+    environ = failed_attempt(tmp_path, {0: ("error", PEER_LOST), 1: None}, killed_line="srun: error: cpu4: task 1: Killed\n")
+    assert attempt.after(1, policy(tmp_path), environ) == 1  # the requeue failed (no controller): it ends failed
+    failure = last_failure(tmp_path)
+    assert failure["origin"] == "node" and failure["retry"] is True and failure["in_place"] is False
+    assert exclusions.excluded(tmp_path) == ["cpu4"] and failure["excluded"] == ["cpu4"]
+    assert "scontrol requeue 7 failed" in capsys.readouterr().out
+
+
+def test_a_job_whose_ranks_all_returned_or_that_was_stopped_is_not_a_failure(tmp_path: Path, no_controller: None) -> None:
+    done = ("success", {"accuracy": 1.0})
+    environ = failed_attempt(tmp_path, {0: done, 1: done})
+    assert attempt.after(143, policy(tmp_path), environ) == 0  # a signal after every rank returned: done
+    events.append(tmp_path, "stopped", kind="requeue", step=3)
+    assert attempt.after(143, policy(tmp_path), environ) == 143  # the stop signal ended it: submitit's to handle
+    assert [e for e in events.read(tmp_path) if e["event"] == "failure"] == []

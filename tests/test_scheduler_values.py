@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.cluster.slurm.start_estimate import parse
+from launcher.cluster.slurm.start_estimate import parse, usable
 from launcher.commands.main import main
 
 GOOD = "sbatch: Job 655 to start at 2026-12-02T06:52:54 using 2 processors on nodes cpu[1-2] in partition cpu"
@@ -60,3 +60,26 @@ def test_an_answer_that_is_not_a_start_is_no_start_and_carries_no_control_charac
     found = parse(said, 1)
     assert found.start is None and error in found.error, found
     assert not any(ord(ch) < 32 or 127 <= ord(ch) < 160 for ch in found.error + found.nodes + found.partition)
+
+
+# `scontrol show partition -o` as SLURM prints it (22.05 and 24.11 alike), one record per line: what `--when` reads.
+PARTITIONS = "\n".join([
+    "PartitionName=cpu AllowGroups=ALL AllowAccounts=ALL Default=YES Hidden=NO RootOnly=NO State=UP TotalNodes=4",
+    "PartitionName=gpu AllowGroups=ml,vision AllowAccounts=ALL Hidden=NO RootOnly=NO State=UP TotalNodes=2",
+    "PartitionName=paid AllowGroups=ALL AllowAccounts=lab1,lab2 Hidden=NO RootOnly=NO State=UP TotalNodes=2",
+    "PartitionName=admin AllowGroups=ALL AllowAccounts=ALL Hidden=NO RootOnly=YES State=UP TotalNodes=1",
+    "PartitionName=secret AllowGroups=ALL AllowAccounts=ALL Hidden=YES RootOnly=NO State=UP TotalNodes=1",
+    "PartitionName=old AllowGroups=ALL AllowAccounts=ALL Hidden=NO RootOnly=NO State=DOWN TotalNodes=1",
+    "PartitionName=drained AllowGroups=ALL AllowAccounts=ALL Hidden=NO RootOnly=NO State=INACTIVE TotalNodes=1",
+])
+
+
+@pytest.mark.parametrize("groups, account, root, expected", [
+    ({"users"}, "", False, ["cpu", "paid"]),  # no account named: the account check is SLURM's at submission
+    ({"users", "vision"}, "lab2", False, ["cpu", "gpu", "paid"]),
+    ({"users"}, "lab3", False, ["cpu"]),
+    ({"users"}, "", True, ["cpu", "paid", "admin"]),
+])
+def test_when_compares_only_the_partitions_this_user_may_submit_to(groups: set[str], account: str, root: bool,
+                                                                   expected: list[str]) -> None:
+    assert usable(PARTITIONS, groups, account, root) == expected

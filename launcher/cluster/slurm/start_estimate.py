@@ -74,13 +74,18 @@ def partitions(env: dict[str, str], account: str = "") -> list[str]:
     except (OSError, subprocess.TimeoutExpired):
         return []
     groups = {grp.getgrgid(g).gr_name for g in os.getgroups() if _has_group(g)}
+    return usable(listed, groups, account, root=os.geteuid() == 0)
+
+
+def usable(listed: str, groups: set[str], account: str = "", root: bool = False) -> list[str]:
+    """Of `scontrol show partition -o`'s records, the partitions that are up, shown, and open to a user in `groups`
+    (and to the profile's `account`, when it names one); a RootOnly one only to root."""
     out = []
     for line in listed.splitlines():
         fields = dict(word.split("=", 1) for word in line.split() if "=" in word)
         allowed_groups = fields.get("AllowGroups", "ALL")
         allowed_accounts = fields.get("AllowAccounts", "ALL")
-        if fields.get("State") != "UP" or fields.get("Hidden") == "YES" or \
-                (fields.get("RootOnly") == "YES" and os.geteuid() != 0):
+        if fields.get("State") != "UP" or fields.get("Hidden") == "YES" or (fields.get("RootOnly") == "YES" and not root):
             continue
         if allowed_groups != "ALL" and not groups & set(allowed_groups.split(",")):
             continue
