@@ -13,7 +13,7 @@ from launcher.cluster.slurm.env import slurm_env
 from launcher.cluster.slurm.usage import JobUsage, sacct_usage
 from launcher.config import units
 from launcher.rundir.record import RecordedRun
-from launcher.rundir.states import FINAL, TaskState
+from launcher.rundir.task_state import FINAL, TaskState
 
 # Under this fraction of a request, the request is worth lowering.
 WASTE_BELOW = 0.5

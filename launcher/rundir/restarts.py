@@ -26,9 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from launcher.rundir.retries import CAUSES as FAILURE_CAUSES
-from launcher.rundir.retries import FAILURE_EVENT
 from trainer.rank import events
+
+# The event the retry step (launcher.rundir.retries) records after a failed attempt, and the cause of the
+# restart that follows it, by where the failure came from (the event's "origin"). Named here, where
+# restarts are read, so that the readers below the retry step need not import it.
+FAILURE_EVENT = "failure"
+FAILURE_CAUSES = {"node": "node-failure", "code": "rank-failure", "stop": "early-stop-signal"}
 
 CAUSES = {
     "timeout": "requeued after its time limit",

@@ -19,12 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from launcher.rundir import exclusions
+from launcher.rundir.restarts import FAILURE_EVENT
 from launcher.cluster.fault_origin import Verdict
 from trainer.rank import events
-
-FAILURE_EVENT = "failure"
-# The restart causes (launcher.rundir.restarts) of the attempts that follow a failure event.
-CAUSES = {"node": "node-failure", "code": "rank-failure", "stop": "early-stop-signal"}
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from launcher.rundir.record import read_optional
 from trainer.rank.rundir import ERRORS_DIR, error_file
+from trainer.runners import failures
 
 # "unknown": the controller did not answer and nothing else says the task ended; it may still run, so
 # `watch`, `--wait` and `cancel` treat it as going on and `--resume` does not send it again.
@@ -77,5 +77,5 @@ def raised(task_dir: Path, rank: int | None) -> dict[str, Any] | None:
     """The record of what the function raised on `rank` (None: the first rank that recorded one)."""
     if rank is None:
         found = sorted(Path(task_dir, ERRORS_DIR).glob("rank-*.json"))
-        return read_optional(found[0]) if found else None
-    return read_optional(error_file(task_dir, rank))
+        return failures.read(found[0]) if found else None
+    return failures.read(error_file(task_dir, rank))

@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import os
 import time
+from pathlib import Path
+from typing import Any
 
 from trainer.rank import rundir
 from trainer.runners.entrypoints import user_traceback
@@ -42,6 +44,16 @@ def write(run_dir: str, rank: int, function: str, err: BaseException) -> None:
         partial.replace(path)  # whole or not at all: a reader never sees half a record
     except OSError:
         pass
+
+
+def read(path: Path | str) -> dict[str, Any] | None:
+    """The record `write` left at `path`; None where there is none or it cannot be read (a hand-damaged
+    one): the commands that show it then show the rest of what they know."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def _cut(text: str) -> str:
