@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402 - puts the checkout first on sys.path
 
 from launcher.client import submit  # noqa: E402
-from launcher.client.functions import by_value  # noqa: E402
+from launcher.client.shipping import by_value  # noqa: E402
 
 FUNCTION = '''def train(ctx, config):
     import torch

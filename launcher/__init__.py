@@ -3,7 +3,7 @@
 Its wings (docs/architecture.md has the map and the allowed arrows): `commands/` (the verbs),
 `request/` (the submission: planned, sent, waited for), `remote/` (the SSH transport), `rundir/` (the run
 folder), `node/` (what runs on a node), `heal/` (a SLURM job's own retry step), `cluster/` (the schedulers), `config/` (profiles and their
-resolving), `devcluster/` (the SLURM dev cluster, standing alone); and the modules `submitit_private`
+resolving), `reports/` (what the nodes leave, and what a failure means), `devcluster/` (the SLURM dev cluster, standing alone); and the modules `submitit_private`
 (the private parts of submitit relied on), `filestamp` (when a file is unchanged since it was last read),
 `client` (the Python API) and `__main__` (`python -m launcher`).
 

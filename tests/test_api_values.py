@@ -102,7 +102,7 @@ def test_a_sweep_whose_points_would_not_arrive_as_given_is_refused(tmp_path: Pat
 
 def test_values_that_arrive_as_given_are_taken(tmp_path: Path) -> None:
     """The other side: every JSON-shaped value, huge integers and unicode included, is not refused here."""
-    from launcher.client.api import _carried
+    from launcher.client.verbs import _carried
 
     _carried("config", {"lr": 1e20, "n": 2**70, "name": "café\n", "flags": [True, None, 0.5], "m": {"k": []}})
 

@@ -113,7 +113,7 @@ def test_slurms_commands_run_in_the_scheduler_wing_and_sacct_in_its_accounting()
 
 
 def test_a_run_folders_file_names_are_written_where_they_are_named() -> None:
-    homes = {"launcher/rundir/layout.py", "trainer/rank/rundir.py", "launcher/remote/record.py"}
+    homes = {"launcher/rundir/layout.py", "trainer/rank/rundir.py", "launcher/remote/ssh_record.py"}
     names = {"run.json", "tasks.json", "result.json", "failure.json", "events.jsonl", "metrics.jsonl",
              "excluded-nodes.json", "summary.csv", "summary.md", "summary.png", "function.pkl", "model_final.pt",
              "remote.json"}

@@ -5,7 +5,7 @@ tests/mutation.py runs against them), beside the SLURM tests that take the same 
   node and a job that moved often enough stay (launcher.heal.attempt.before);
 * a pool's claims: a live worker's beat keeps its point, a dead one's point is taken back, a requeued worker
   takes its own point back at once, `--resume` reopens a failed point and `cancel` ends one for good
-  (launcher.cluster.pool_claims);
+  (launcher.reports.pool_claims);
 * each point's state as `status` shows it, from the claims and the workers alive (launcher.rundir.pool_states).
 """
 
@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from launcher.cluster import local, pool_claims
-from launcher.cluster.pool_claims import Claims, Worker
+from launcher.cluster import local
+from launcher.reports import pool_claims
+from launcher.reports.pool_claims import Claims, Worker
 from launcher.cluster.slurm.healing import MOVED_EXIT, RetryPolicy
 from launcher.heal import attempt
 from launcher.rundir import exclusions, pool_states
@@ -185,7 +186,7 @@ def failed_attempt(run: Path, results: dict[int, tuple[str, str] | None], killed
     import pickle
     import time
 
-    from launcher.cluster import rank_notes
+    from launcher.reports import rank_notes
     from launcher.heal.facts import TIMING_DIR, note_start
 
     environ = {**landed("cpu[3-4]", "7"), "SLURM_NTASKS_PER_NODE": "1", "SLURM_NTASKS": "2"}

@@ -1,4 +1,4 @@
-"""Where a failed attempt's failure came from, decided from how each rank ended (launcher.cluster.fault_origin),
+"""Where a failed attempt's failure came from, decided from how each rank ended (launcher.reports.fault_origin),
 whether it is retried (launcher.rundir.retries), the run's exclusion list (launcher.rundir.exclusions) and
 what the retry step reads of an attempt in a run folder (launcher.heal.facts): called directly, no cluster.
 The SLURM side (the retry step in real batch scripts) is tests/test_self_healing.py."""
@@ -16,7 +16,7 @@ from launcher.heal import facts
 from launcher.request.executor import sbatch_script
 from launcher.request.submission import build
 from launcher.rundir import exclusions, restarts, retries
-from launcher.cluster.fault_origin import RankEnd, Verdict, classify, node_error_line, signature
+from launcher.reports.fault_origin import RankEnd, Verdict, classify, node_error_line, signature
 from trainer.config.job import JobConfig
 
 TOOL = ("/runs/r1/code",)
@@ -247,7 +247,7 @@ def test_the_retry_step_reads_where_each_task_ran_from_the_tasks_own_notes(tmp_p
     """Each SLURM task writes its node as data when its attempt starts (rank_notes.write_place); the retry step
     reads it (not the banner's words, nor srun's block placement, which a --distribution=cyclic would break).
     A note of an earlier attempt is not this attempt's."""
-    from launcher.cluster import rank_notes
+    from launcher.reports import rank_notes
 
     folder = tmp_path / "logs" / "7"
     folder.mkdir(parents=True)

@@ -23,20 +23,23 @@ ALLOWED: dict[str, set[str]] = {
     "submit": {"launcher.commands"},
     "launcher.__main__": {"launcher.commands"},  # `python -m launcher`: submit.py's twin, for wheels
     "launcher.commands": {"launcher.request", "launcher.remote", "launcher.rundir", "launcher.node", "launcher.cluster",
-                          "launcher.config", "trainer.config", "trainer.runners"},
-    "launcher.request": {"launcher.remote", "launcher.rundir", "launcher.node", "launcher.cluster", "launcher.config",
-                         "launcher.submitit_private", "trainer.config", "trainer.runners"},
-    "launcher.remote": {"launcher.cluster", "launcher.config", "launcher.filestamp", "trainer.config"},
-    "launcher.rundir": {"launcher.cluster", "launcher.config", "launcher.filestamp", "trainer.config", "trainer.rank",
-                        "trainer.runners"},
-    "launcher.node": {"launcher.cluster", "launcher.submitit_private", "trainer.config", "trainer.distributed",
-                      "trainer.rank", "trainer.runners"},
-    "launcher.heal": {"launcher.rundir", "launcher.cluster", "trainer.config", "trainer.distributed",
+                          "launcher.reports", "launcher.config", "trainer.config", "trainer.runners"},
+    "launcher.request": {"launcher.remote", "launcher.rundir", "launcher.node", "launcher.cluster", "launcher.reports",
+                         "launcher.config", "launcher.submitit_private", "trainer.config", "trainer.runners"},
+    "launcher.remote": {"launcher.cluster", "launcher.reports", "launcher.config", "launcher.filestamp",
+                        "trainer.config"},
+    "launcher.rundir": {"launcher.cluster", "launcher.reports", "launcher.config", "launcher.filestamp",
+                        "trainer.config", "trainer.rank", "trainer.runners"},
+    "launcher.node": {"launcher.cluster", "launcher.reports", "launcher.submitit_private", "trainer.config",
+                      "trainer.distributed", "trainer.rank", "trainer.runners"},
+    "launcher.heal": {"launcher.rundir", "launcher.cluster", "launcher.reports", "trainer.config", "trainer.distributed",
                       "trainer.rank"},  # the batch script's retry step (`python -m launcher.heal`)
-    "launcher.cluster": {"trainer.config", "trainer.distributed"},
-    "launcher.config": {"trainer.config", "trainer.runners", "trainer.distributed"},
+    "launcher.cluster": {"launcher.reports", "trainer.config", "trainer.distributed"},
+    "launcher.config": {"launcher.reports", "trainer.config", "trainer.runners", "trainer.distributed"},
     "launcher.submitit_private": set(),
     "launcher.filestamp": set(),  # "unchanged since last time": the snapshot's links and the SSH sync
+    # what nodes and ranks leave for the submitter and the retry step, and what a failure means
+    "launcher.reports": set(),
     # The API: it starts the command line (`python -m launcher`); it reads a profile (is it `debug`?) and
     # the one lookup rule (is a function importable by name?) itself.
     # (launcher.commands: the engine calls the command line's main for a debug profile's run, in the caller's process)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.cluster import pool_claims
+from launcher.reports import pool_claims
 from launcher.node import pool_point
 from tests.helpers import ROOT
 

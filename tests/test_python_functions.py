@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from launcher.client import SubmitError, submit, sweep
-from launcher.client.functions import reference
+from launcher.client.shipping import reference
 from tests.helpers import ROOT
 
 

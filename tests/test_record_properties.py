@@ -208,7 +208,7 @@ def test_resume_refuses_a_job_it_would_not_use(tmp_path: Path, capsys: pytest.Ca
 # ----- the typed reader of records, directly: the one door every record comes through -------------------
 
 def remote_json(name: str = "far") -> dict[str, Any]:
-    """remote.json as a submission over SSH writes it (launcher.remote.record.write_remote_record)."""
+    """remote.json as a submission over SSH writes it (launcher.remote.ssh_record.write_remote_record)."""
     return {"name": name, "profile": "mylab", "login": "mylab", "remote_dir": "/r", "remote_run_dir": f"/r/runs/{name}",
             "code": "0123abcd", "python": "python3", "job_ids": ["4711"], "job": "digits", "tasks": 1,
             "created": time.time()}
@@ -236,10 +236,10 @@ MISSHAPEN = [
 
 def read(record: str, data: dict[str, Any], folder: Path) -> dict[str, Any] | None:
     """`data` written as `record` in `folder` and read back through the reader every command uses
-    (remote.json's: launcher.remote.record, its fields as the record has them)."""
+    (remote.json's: launcher.remote.ssh_record, its fields as the record has them)."""
     from dataclasses import asdict
 
-    from launcher.remote.record import read_remote_record
+    from launcher.remote.ssh_record import read_remote_record
     from launcher.rundir import record as records
 
     (folder / record).write_text(json.dumps(data))

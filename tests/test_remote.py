@@ -532,7 +532,7 @@ def test_a_bad_ddp_submit_ssh_is_one_error_line_and_leaves_nothing(tmp_path: Pat
 ])
 def test_a_remote_record_whose_job_ids_do_not_fit_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                                      job_ids: object, expected: str) -> None:
-    """remote.json's one typed reader (launcher.remote.record): `--after` of a record whose job ids are a
+    """remote.json's one typed reader (launcher.remote.ssh_record): `--after` of a record whose job ids are a
     string does not depend on jobs 4, 7 and 1; `status` does not relay a record with a foreign id."""
     from launcher.commands.main import main
 

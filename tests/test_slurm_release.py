@@ -19,7 +19,7 @@ from launcher.cluster.slurm import release
 from launcher.cluster.slurm.release import Release
 from launcher.request.executor import sbatch_script
 from launcher.request.plan import new_run
-from tests.helpers import ROOT, run_submit
+from tests.helpers import run_submit
 from trainer.config.schema import ConfigError
 
 CONFIG = "Configuration data as of 2026-12-04T10:00:00\nSLURM_VERSION           = {}\nSlurmctldPort = 6817\n"

@@ -18,7 +18,7 @@ from launcher.request.submission import build
 from tests.helpers import run_submit
 from trainer.config.job import JobConfig
 from trainer.config.schema import build as build_config
-from trainer.config.trackers import MlflowConfig, TrackerConfig, WandbConfig
+from trainer.config.tracker_key import MlflowConfig, TrackerConfig, WandbConfig
 from trainer.rank.trackers import TrackedRun, Trackers, derived_id
 
 os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")

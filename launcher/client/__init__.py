@@ -14,14 +14,14 @@ and keep a handle on each.
     attach(run.run_dir)                         # the same handle, after a kernel restart
     runs()                                      # recent runs
 
-The calls (`api`) run the command line itself (`engine`), so the checks, the run folder and the
+The calls (`verbs`) run the command line itself (`engine`), so the checks, the run folder and the
 queueing are the engine's, and it tells them as data (its `--events`); the handles (`handles`) read what
-it recorded; `functions` decides how your function travels (by name, or pickled by value).
+it recorded; `shipping` decides how your function travels (by name, or pickled by value).
 This process never imports torch or submitit for any of it, except on a `debug` profile, whose run is
 this process's own so that `breakpoint()` stops here. docs/your-code.md has the whole story.
 """
 
-from launcher.client.api import attach, runs, submit, sweep
+from launcher.client.verbs import attach, runs, submit, sweep
 from launcher.client.engine import command
 from launcher.client.handles import RunFailed, Run, SubmitError, Sweep
 

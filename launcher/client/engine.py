@@ -81,7 +81,7 @@ class Engine:
         """The command line's `main(ARGS)` in this process (the debug executor: pdb in your function works).
         Nothing of this process is swapped for it: `sys.argv` and `sys.stdin` stay yours (pdb and input() read
         your terminal; the job is handed to `main` as bytes), and the working directory is already `cwd`
-        (launcher.client.api runs a debug profile here only then)."""
+        (launcher.client.verbs runs a debug profile here only then)."""
         from launcher.commands.main import main
 
         saved_mask = os.umask(0o077)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.client.engine import Engine, command, environment
-from launcher.remote.record import RECORD
+from launcher.remote.ssh_record import RECORD
 from launcher.rundir.layout import RESULT_FILE, SUMMARY_CSV, SUMMARY_MD, SUMMARY_PNG
 
 ENDED = ("completed", "failed", "cancelled", "timeout")

@@ -90,7 +90,7 @@ def _cancel_task(info: RecordedRun, states: list[TaskState], task: int) -> int:
     where = relative(info.task_dir(task))
     ts = states[task]
     if info.is_pool:
-        from launcher.cluster import pool_claims
+        from launcher.reports import pool_claims
 
         if pool_claims.cancel(info.run_dir, task) is None:
             print(f"nothing to cancel: {where} has ended ({ts.state})", flush=True)

@@ -150,11 +150,11 @@ def over_ssh(parser: argparse.ArgumentParser, command: str, words: list[str], ar
     word = getattr(args, dest, None)
     if word is None:
         return None
-    from launcher.remote import record  # (only for a command on a run: `--help` and a new run load none of it)
+    from launcher.remote import ssh_record  # (only for a command on a run: `--help` and a new run load none of it)
 
-    if (folder := record.find(word, getattr(args, "profile", "local"), getattr(args, "runs_dir", None))) is None:
+    if (folder := ssh_record.find(word, getattr(args, "profile", "local"), getattr(args, "runs_dir", None))) is None:
         return None
-    run = record.read_remote_record(folder)
+    run = ssh_record.read_remote_record(folder)
     assert run is not None
     from launcher.remote.relay import relay
 

@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from launcher.cluster import local
 from launcher.commands.console import EXIT_FAILED, EXIT_OK, ArgumentParser, overrides_text, relative
 from launcher.config.resolve import runs_dir
 from launcher.rundir import exclusions, layout, record, restarts, results, retries

@@ -23,7 +23,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from launcher.cluster.failures import last_line
+from launcher.reports.root_cause import last_line
 from launcher.cluster.slurm import limits, sbatch
 from launcher.commands.console import EXIT_FAILED, EXIT_OK, ArgumentParser
 from launcher.config.resolve import load_profile, parse_overrides, point, resolve

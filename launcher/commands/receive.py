@@ -6,7 +6,7 @@ The laptop planned the submission once, with this side's folders (launcher.reque
 side reads that object back (launcher.request.wire: every field checked again as it enters), checks
 what only it can see (its data folder, the entrypoint's import from the synced project, the trackers'
 libraries, the runs folder, a function handed over from Python by value, carried inside the object:
-launcher.config.pickled, and the live cluster's limits: the plan's SLURM preflight), and sends exactly
+launcher.config.by_value, and the live cluster's limits: the plan's SLURM preflight), and sends exactly
 that object on the one path of every submission (launcher.commands.submit.execute), in the synced copy
 of the directory it was submitted from; the run folder it makes holds that function (0600), as a local
 submission's does. Its last line is the JSON the laptop reads: the result, or what was refused
@@ -55,7 +55,7 @@ def received(path: Path) -> int:
     for job, where in jobs:
         checks.check_where_it_runs(sub.profile, job, source, where)
     if sub.function is not None or any(job.function for job, _ in jobs):
-        from launcher.config import pickled  # a function handed over from Python by value: only then
+        from launcher.config import by_value  # a function handed over from Python by value: only then
 
-        pickled.planned(sub.profile, source, jobs, sub.run_dir, sub.function)
+        by_value.planned(sub.profile, source, jobs, sub.run_dir, sub.function)
     return execute(NewRun(sub, source, laptop_argv), dry=False, as_json=True)

@@ -1,5 +1,5 @@
 """`submit.py list [-n N] [--json]`: recent runs, newest first (run folders here, and the local
-records of runs submitted over SSH: launcher.remote.record), with their state and best target metric.
+records of runs submitted over SSH: launcher.remote.ssh_record), with their state and best target metric.
 Nothing here imports torch.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 from launcher.commands.console import EXIT_OK, ArgumentParser
 from launcher.commands.operate import add_runs_dir_arguments
 from launcher.config.resolve import runs_dir
-from launcher.remote import record as remote_record
+from launcher.remote import ssh_record as remote_record
 from launcher.rundir import layout, record, results
 from launcher.rundir.record import load_run, run_folders
 

@@ -17,7 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from launcher.cluster import pool_claims
+from launcher.reports import pool_claims
 from launcher.cluster.jobids import base_id
 from launcher.commands.console import EXIT_OK, emit, relative
 from launcher.commands.submit import execute, wait_for_sweep

@@ -1,5 +1,5 @@
 """`submit.py ... --when`: the table of when SLURM would start this request and its variants
-(launcher.request.when asks); nothing is queued."""
+(launcher.request.when_variants asks); nothing is queued."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from launcher.commands.console import EXIT_OK, emit
 from launcher.request.submission import Submission
-from launcher.request.when import Variant, when
+from launcher.request.when_variants import Variant, when
 
 
 def start_text(start: float | None, now: float) -> str:

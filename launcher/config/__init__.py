@@ -3,4 +3,4 @@ spellings, `sbatch_options`: what `sbatch_extra` may not set, `destination`: the
 `retry_keys`: `max_failures` and `node_error_patterns`, and `runner_keys`: how a run uses its
 allocations), resolving a profile and a job with `--set` into points (`resolve`), the checks before
 anything is queued (`checks`), a function handed over from Python by value, received and checked
-(`pickled`), and `--after RUN[:COND]` (`after`)."""
+(`by_value`), and `--after RUN[:COND]` (`after`)."""

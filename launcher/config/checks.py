@@ -11,7 +11,7 @@ from launcher.config.profile import Profile
 from trainer.config import project
 from trainer.config.job import JobConfig, data_folder
 from trainer.config.schema import ConfigError
-from trainer.config.trackers import merged, missing_libraries
+from trainer.config.tracker_key import merged, missing_libraries
 
 CIFAR_FOLDER = "cifar-10-batches-py"
 

@@ -17,7 +17,7 @@ from trainer.config import values
 from trainer.config.files import FileKind, Renamed
 from trainer.config.lookup import CODE_ROOT
 from trainer.config.schema import require
-from trainer.config.trackers import TrackerConfig
+from trainer.config.tracker_key import TrackerConfig
 
 
 @dataclass
@@ -89,7 +89,7 @@ class Profile:
     # (without a node that failed; not the same bug twice); null: 2 on SLURM, 0 for local and debug.
     max_failures: Optional[int] = None
     # Regular expressions that mark a line of a failed rank's log as its node's fault, beside the shipped
-    # CUDA/NCCL/ECC/Xid/bus-error ones (launcher.cluster.fault_origin): that node is left out of later attempts.
+    # CUDA/NCCL/ECC/Xid/bus-error ones (launcher.reports.fault_origin): that node is left out of later attempts.
     node_error_patterns: list[str] = field(default_factory=list)
     # Default checkpoint cadence for jobs that leave `checkpoint_every_steps` null (0: epoch ends only).
     checkpoint_every_steps: int = 0

@@ -15,7 +15,7 @@ from launcher.config.profile import PROFILE_FILES, Profile
 from trainer.config import files, overrides, sweep, values
 from trainer.config.job import JOB_FILES, JobConfig, job_mapping, task_places
 from trainer.config.schema import ConfigError, build
-from trainer.config.trackers import TrackerConfig
+from trainer.config.tracker_key import TrackerConfig
 
 # What `--set SCOPE.KEY=VALUE` may name.
 SCOPES: dict[str, type] = {"job": JobConfig, "profile": Profile}

@@ -2,7 +2,7 @@
 (`python -m launcher.heal before|after ...`, written by launcher.cluster.slurm.healing).
 
 After an attempt failed, `after` reads how each rank ended (facts), asks where the failure came from
-(launcher.cluster.fault_origin: the node or the code), leaves a failed node out of the run's later attempts
+(launcher.reports.fault_origin: the node or the code), leaves a failed node out of the run's later attempts
 (launcher.rundir.exclusions) and, within the profile's `max_failures` (launcher.rundir.retries),
 requeues the job without it (launcher.cluster.slurm.requeue); the next attempt resumes from the newest
 checkpoint, as after a preemption. `before` keeps the logs' attempt marks, records a node SLURM lost

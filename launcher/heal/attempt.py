@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from launcher.cluster import fault_origin
-from launcher.cluster.fault_origin import Verdict
+from launcher.reports import fault_origin
+from launcher.reports.fault_origin import Verdict
 from launcher.cluster.slurm import requeue
 from launcher.cluster.slurm.env import slurm_env
 from launcher.cluster.slurm.healing import MOVED_EXIT, RERUN_EXIT, RetryPolicy

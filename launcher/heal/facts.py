@@ -1,5 +1,5 @@
 """What an attempt left in the run folder, read on the batch host: which job this is, where its part of
-each log starts, how each rank ended (launcher.cluster.fault_origin.RankEnd) and whether it took a step.
+each log starts, how each rank ended (launcher.reports.fault_origin.RankEnd) and whether it took a step.
 
 submitit appends every attempt of a job to the same log files, so `before` notes each file's size at
 the start of an attempt (`<job id>_attempt.json` beside them); `after` reads from there.
@@ -17,8 +17,8 @@ from typing import Any
 
 from launcher.cluster.slurm.healing import RERUN_VARIABLE
 from launcher.cluster.slurm.srun import task_failures
-from launcher.cluster.fault_origin import RankEnd
-from launcher.cluster import rank_notes
+from launcher.reports.fault_origin import RankEnd
+from launcher.reports import rank_notes
 from launcher.rundir.layout import job_log_dir, log_name
 from launcher.rundir.outcomes import read_outcomes
 from trainer.distributed import environment, hostlist

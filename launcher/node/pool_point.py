@@ -2,7 +2,7 @@
 log files, the holder's heartbeat on its claim, and how the point ended, as every rank reports it.
 
 A point's logs are where an array task's would be read from by `logs RUN --task N` (the point's folder,
-`logs/<worker job id>_<rank>_log.out|err`: launcher.cluster.pool_claims.point_log), one pair per worker
+`logs/<worker job id>_<rank>_log.out|err`: launcher.reports.pool_claims.point_log), one pair per worker
 that ran it; the worker's own log keeps a line per point."""
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from launcher.cluster import pool_claims
-from launcher.cluster.failures import last_line, root_cause_first
-from launcher.cluster.pool_claims import Claims, Record
+from launcher.reports import pool_claims
+from launcher.reports.root_cause import last_line, root_cause_first
+from launcher.reports.pool_claims import Claims, Record
 from trainer.rank.stopping import StopRequested, StopSignals
 
 # What a point's ranks may have made of it: every rank says, rank 0 records (`ended`).
@@ -100,7 +100,7 @@ def outcome_of(run: Any) -> dict[str, Any]:
 
 def ended(ends: list[dict[str, Any]], wall_time_s: float) -> dict[str, Any]:
     """The point's outcome from every rank's report, as its done record keeps it: its result (rank 0's,
-    with every rank's node), or the rank whose failure is the cause (launcher.cluster.failures)."""
+    with every rank's node), or the rank whose failure is the cause (launcher.reports.root_cause)."""
     failures = [(rank, last_line(e["text"], "error"), e["text"]) for rank, e in enumerate(ends) if e["kind"] == FAILED]
     failures = failures or [(rank, f"rank {rank} {e['kind']} while rank 0 {ends[0]['kind']}: the ranks did not end "
                              f"the point alike", "") for rank, e in enumerate(ends) if e["kind"] != ends[0]["kind"]]

@@ -4,7 +4,7 @@ the process group formed once per worker (trainer.distributed.held), not once pe
 waits in the queue. Kept free of torch at import time (the submitter pickles it).
 
 Each round rank 0 decides and every rank follows (`HeldGroup.share`): take the next free point (its claim:
-launcher.cluster.pool_claims), wait while other workers hold the last ones (one may die: its point is then
+launcher.reports.pool_claims), wait while other workers hold the last ones (one may die: its point is then
 taken back), stop, or end. A point runs as an array task would (launcher.node.task's attempt banner and
 "started" event, trainer.runners.dispatch.run_point: the same seed and settings as a fresh process), its
 output in the point's own logs (launcher.node.pool_point); every rank then reports how it ended and rank 0
@@ -23,7 +23,7 @@ from typing import Any
 
 from submitit.helpers import Checkpointable
 
-from launcher.cluster.pool_claims import Claims, Record, Worker
+from launcher.reports.pool_claims import Claims, Record, Worker
 from launcher.node import pool_point
 from launcher.node.task import SubmititRequeue, after_the_work, announce, drop_stale_result, exit_after_stop, \
     private_and_coreless, restore_caller_gpus

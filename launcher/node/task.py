@@ -40,7 +40,7 @@ from submitit.core.utils import UncompletedJobError
 from submitit.helpers import Checkpointable
 
 from launcher import submitit_private
-from launcher.cluster import rank_notes
+from launcher.reports import rank_notes
 from launcher.cluster.slurm import allocation
 from trainer.config.job import JobConfig, RunSettings
 from trainer.distributed import environment

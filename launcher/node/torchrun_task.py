@@ -35,8 +35,8 @@ from typing import Any
 from submitit.helpers import Checkpointable
 
 from launcher import submitit_private
-from launcher.cluster.failures import root_cause_first
-from launcher.cluster.rank_notes import notes_dir, probe_note, rank_failures, rank_note, rank_notes, stop_flag
+from launcher.reports.root_cause import root_cause_first
+from launcher.reports.rank_notes import notes_dir, probe_note, rank_failures, rank_note, rank_notes, stop_flag
 from launcher.node import torchrun_command
 from launcher.node.task import SubmititRequeue, drop_stale_result, exit_after_stop, private_and_coreless
 from trainer.config.job import JobConfig, RunSettings
@@ -104,7 +104,7 @@ class TorchrunProbe:
 
 class RankFailed(RuntimeError):
     """A rank under this node's torchrun failed (the job's log says which; the submitter reads the
-    rank from the ranks' own notes, launcher.cluster.rank_notes, not from this text)."""
+    rank from the ranks' own notes, launcher.reports.rank_notes, not from this text)."""
 
 
 def _stop_of(note: dict[str, Any]) -> StopRequested | None:
@@ -164,7 +164,7 @@ class TorchrunTask(Checkpointable):
                 # submitit's own decision and action (its countdown, `scontrol requeue`), as in the tasks shape.
                 stop.info = requeue(self.settings.stop_signal)
             exit_after_stop(stop, self.settings.run_dir, self.run_root)  # ends as the tasks shape does
-        # The cause first (launcher.cluster.failures): peers of a dead rank fail too, on closed connections,
+        # The cause first (launcher.reports.root_cause): peers of a dead rank fail too, on closed connections,
         # sometimes sooner than the dead rank has written its note (its own teardown closes those connections).
         failures, times = rank_failures(ranks)
         if failures:

@@ -23,7 +23,7 @@ from typing import Any
 from submitit.core.utils import JobPaths
 
 from launcher import submitit_private
-from launcher.cluster.rank_notes import probe_note, rank_note, stop_flag
+from launcher.reports.rank_notes import probe_note, rank_note, stop_flag
 from launcher.node.placement import probe_task
 from launcher.node.task import announce, private_and_coreless, reason_and_countdown
 from trainer.config.job import RunSettings

@@ -2,7 +2,7 @@
 are there (docs/remote.md), so that the laptop plans the submission once, as it will be queued there.
 
 remote_dir holds the code and your project, each in its content-addressed folder
-(launcher.remote.layout): `projects/<hash>` stands in for your checkout, exactly as your checkout
+(launcher.remote.folders): `projects/<hash>` stands in for your checkout, exactly as your checkout
 does on a login node (the project root; the job file's folder and the directory you submitted from
 are their places in it). The profile runs there without `login` (the cluster side queues it
 itself), its runs and data under remote_dir, SLURM_CONF from the login environment and its Python
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from launcher.config.profile import Profile
 from launcher.config.resolve import Point, point
-from launcher.remote import layout
+from launcher.remote import folders
 from trainer.config import project
 from trainer.config.job import JobConfig
 
@@ -40,19 +40,19 @@ class ClusterSide:
 
     @property
     def code_dir(self) -> str:
-        return layout.code_dir(self.root, self.code)
+        return folders.code_dir(self.root, self.code)
 
     @property
     def project_dir(self) -> str:
-        return layout.project_dir(self.root, self.project) if self.project else ""
+        return folders.project_dir(self.root, self.project) if self.project else ""
 
     def run_dir(self, name: str) -> Path:
-        return Path(layout.run_dir(self.root, name))
+        return Path(folders.run_dir(self.root, name))
 
     def profile(self, profile: Profile) -> Profile:
         """The profile as the cluster side runs it."""
-        return dataclasses.replace(profile, login="", runs_dir=layout.runs_dir(self.root),
-                                   data_dir=layout.data_dir(self.root), slurm_conf="", python=interpreter(profile))
+        return dataclasses.replace(profile, login="", runs_dir=folders.runs_dir(self.root),
+                                   data_dir=folders.data_dir(self.root), slurm_conf="", python=interpreter(profile))
 
     def moved(self, path: str) -> str | None:
         """A path of your project here at its place in the synced copy there (None: outside it)."""

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from launcher.config import destination
-from launcher.cluster.failures import last_line
+from launcher.reports.root_cause import last_line
 from trainer.config import values
 from trainer.config.schema import ConfigError
 

@@ -1,7 +1,7 @@
 """What travels to the cluster side over SSH, by content (docs/remote.md): the content address of
 the tool's code and of your own project's files (remembered per file while unchanged by the tool's
 one rule, launcher.filestamp, as git's index does, so an unchanged project costs stat calls, not
-reads), and their rsync, from where they are, into REMOTE_DIR/code/<address> and REMOTE_DIR/projects/<address> (launcher.remote.layout).
+reads), and their rsync, from where they are, into REMOTE_DIR/code/<address> and REMOTE_DIR/projects/<address> (launcher.remote.folders).
 Which files travel is the snapshot's list (launcher.rundir.snapshot), given by the caller."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher import filestamp
-from launcher.remote import layout
+from launcher.remote import folders
 from launcher.remote.connection import Connection
 
 
@@ -87,19 +87,19 @@ class Listing:
     address: str
     before: str  # the address of this project's previous submission ("": none)
 
-    kind: str = layout.PROJECTS  # where it goes under remote_dir: layout.CODE or layout.PROJECTS
+    kind: str = folders.PROJECTS  # where it goes under remote_dir: folders.CODE or folders.PROJECTS
 
     def folders(self) -> tuple[str, ...]:
         """The folders under remote_dir the preflight asks about: this version's and the previous one's."""
-        return tuple(layout.content(self.kind, a) for a in dict.fromkeys((self.address, self.before)) if a)
+        return tuple(folders.content(self.kind, a) for a in dict.fromkeys((self.address, self.before)) if a)
 
 
-def listing(root: Path, files: list[str], kind: str = layout.PROJECTS,
+def listing(root: Path, files: list[str], kind: str = folders.PROJECTS,
             stamps: dict[str, filestamp.Entry] | None = None) -> Listing:
     """`files` of `root` as they will travel, with their content address (`stamps`: the snapshot
     listing's, made moments before by the same submission, spare the lstat calls)."""
-    address, before = project_hash(root, files, "code" if kind == layout.CODE else "project", stamps)
-    return Listing(root, files, address, before if kind == layout.PROJECTS else "", kind)
+    address, before = project_hash(root, files, "code" if kind == folders.CODE else "project", stamps)
+    return Listing(root, files, address, before if kind == folders.PROJECTS else "", kind)
 
 
 def sync(conn: Connection, listing: Listing, found: set[str], remote_root: str) -> tuple[str, int]:
@@ -108,12 +108,12 @@ def sync(conn: Connection, listing: Listing, found: set[str], remote_root: str) 
     the preflight is whole and nothing is sent; a changed project is rsynced with the previous
     version's folder as --copy-dest (only the changed files travel)."""
     kind, address = listing.kind, listing.address
-    where = layout.under(remote_root, layout.content(kind, address))
-    if layout.content(kind, address) in found:
+    where = folders.under(remote_root, folders.content(kind, address))
+    if folders.content(kind, address) in found:
         return where, 0
-    before = layout.content(kind, listing.before)
-    previous = layout.under(remote_root, before) if listing.before and before in found else ""
-    partial = layout.under(remote_root, layout.partial(kind, address, os.getpid()))
+    before = folders.content(kind, listing.before)
+    previous = folders.under(remote_root, before) if listing.before and before in found else ""
+    partial = folders.under(remote_root, folders.partial(kind, address, os.getpid()))
     sent = conn.rsync_files(listing.root, listing.files, partial, previous)
     # Another submitter may have completed the same folder meanwhile: theirs is as good.
     conn.run(f"mv -T {shlex.quote(partial)} {shlex.quote(where)} 2>/dev/null || rm -rf {shlex.quote(partial)}",

@@ -22,7 +22,7 @@ import subprocess
 from collections.abc import Callable
 
 from launcher.config.profile import Profile
-from launcher.remote import layout
+from launcher.remote import folders
 from launcher.remote.cluster_side import interpreter
 from launcher.remote.connection import Connection, connection_error, remote_path
 from trainer.config.schema import ConfigError
@@ -43,7 +43,7 @@ def preflight_script(profile: Profile, folders: tuple[str, ...]) -> str:
     to remote_dir) exist, then remote_dir's absolute path (its last line)."""
     py = shlex.quote(interpreter(profile))
     probe = "".join(f"test -d {shlex.quote(f)} && echo found:{shlex.quote(f)}; " for f in folders)
-    made = " ".join(f'"$D/{name}"' for name in layout.MADE_FIRST)
+    made = " ".join(f'"$D/{name}"' for name in folders.MADE_FIRST)
     return (f"D={remote_path(profile.remote_dir)}; command -v rsync >/dev/null 2>&1 || {{ echo \"{MISSING}rsync\"; "
             f"exit 3; }}; command -v {py} >/dev/null 2>&1 || {{ echo \"{MISSING}python\"; exit 3; }}; "
             f"mkdir -p {made} 2>/dev/null && test -w \"$D\" || {{ echo unwritable; exit 4; }}; "
@@ -85,8 +85,8 @@ def submission_command(root: str, name: str, python: str, code_dir: str) -> str:
     """The shell line there that keeps the submission (standard input) as submissions/NAME.json and
     starts the tool from the synced code on it. Private (umask 077), as the run folder is: it may carry
     a function pickled by value, and unpickling runs code."""
-    kept = layout.submission_file(name)
-    return (f"umask 077 && cd {remote_path(root)} && mkdir -p {layout.SUBMISSIONS} && cat > {shlex.quote(kept)} && "
+    kept = folders.submission_file(name)
+    return (f"umask 077 && cd {remote_path(root)} && mkdir -p {folders.SUBMISSIONS} && cat > {shlex.quote(kept)} && "
             f"PYTHONPATH={remote_path(code_dir)} exec {shlex.quote(python)} -c {shlex.quote(BOOT)} "
             f"{shlex.quote(kept)}")
 

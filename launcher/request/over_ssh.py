@@ -5,7 +5,7 @@ The plan is checked here as any other (launcher.request.plan.check), then built 
 side's folders (launcher.remote.cluster_side): the submission `--dry-run` shows is the one queued
 there (a dry run connects nowhere, so it puts remote_dir where the profile writes it; a real one
 where the preflight found it). Sending it is the transport's steps (launcher.remote.transport): the
-preflight, the code and your project synced by content, the local record (launcher.remote.record)
+preflight, the code and your project synced by content, the local record (launcher.remote.ssh_record)
 written before anything is queued, then the submission as JSON to the cluster side's `receive`,
 whose output comes back line by line. The verb says each line (`say`: it prints them).
 """
@@ -22,8 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.cluster import preflights
-from launcher.remote import layout as remote_layout
-from launcher.remote import record, sync, transport
+from launcher.remote import folders, ssh_record, sync, transport
 from launcher.remote.cluster_side import ClusterSide, interpreter
 from launcher.remote.connection import Connection
 from launcher.request import channel, wire
@@ -44,7 +43,7 @@ class SshPlan:
         self.checked, self.argv, self.source, self.say = checked, argv, checked.source, say
         self.profile = checked.profile
         files, self.git = snapshot.tool_files(CODE_ROOT)
-        self.tool = sync.listing(CODE_ROOT, files, remote_layout.CODE)
+        self.tool = sync.listing(CODE_ROOT, files, folders.CODE)
         survey = checked.project
         self.project = sync.listing(survey.root, survey.files, stamps=survey.stats) if survey is not None else None
         self.local = checked.run_dir  # the local record's folder; the run's there has the same name
@@ -80,7 +79,7 @@ class SshPlan:
                  f"# 1. the preflight: {shlex.join(conn.argv(transport.preflight_script(self.profile, folders)))}"]
         for listing in (self.tool, self.project):
             if listing is not None:
-                partial = remote_layout.under(side.root, remote_layout.partial(listing.kind, listing.address, "PID"))
+                partial = folders.under(side.root, folders.partial(listing.kind, listing.address, "PID"))
                 lines.append(f"# {len(lines)}. unless {listing.folders()[0]} is there ({len(listing.files)} files, named on "
                              f"standard input; then renamed from .partial): "
                              f"{shlex.join(conn.files_rsync_argv(listing.root, partial))}")
@@ -106,11 +105,11 @@ class SshPlan:
             raise
         self._side, self._sub = self._at(root), None
         sub = self.sub
-        kept = record.RemoteRun(login=self.profile.login, remote_dir=root, remote_run_dir=str(sub.run_dir),
+        kept = ssh_record.RemoteRun(login=self.profile.login, remote_dir=root, remote_run_dir=str(sub.run_dir),
                                 name=local.name, code=self.tool.address, python=interpreter(self.profile),
                                 profile=self.profile.name, job=sub.tasks[0].job.name, tasks=len(sub.tasks),
                                 created=time.time(), project=project[0] if project else "")
-        record.write_remote_record(local, kept)
+        ssh_record.write_remote_record(local, kept)
         channel.tell("run_dir", run_dir=str(local), remote_run_dir=str(sub.run_dir))
         self.say(f"run folder: {local} (the local record; the run: {self.profile.login}:{sub.run_dir})")
         self.say(f"code: {sent} file(s) sent to {conn.to.rsync_host}:{code_dir}")
@@ -130,7 +129,7 @@ class SshPlan:
         if result.get("job_ids") or result.get("job_id"):
             kept.job_ids = [str(i) for i in result.get("job_ids") or [result["job_id"]]]
             kept.remote_run_dir = str(result.get("run_dir") or kept.remote_run_dir)  # (a name taken there)
-            record.write_remote_record(local, kept)
+            ssh_record.write_remote_record(local, kept)
             channel.tell("queued", run_dir=str(local), job_ids=kept.job_ids)
         if code == EXIT_BAD_INPUT and not kept.job_ids:
             shutil.rmtree(local, ignore_errors=True)  # refused there (its error line said why): nothing queued

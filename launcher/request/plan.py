@@ -65,7 +65,7 @@ def check(profile: Profile, points: list[Point], run_dir: Path | None, is_sweep:
     entrypoint's import, its trackers' libraries; over SSH the cluster side checks those:
     launcher.commands.receive). `submit_dir`: the ranks' working directory (a new run: here; --resume:
     the run's own). `function`: one pickled by value (`--function`; --resume: the run folder's), checked
-    here after the jobs (launcher.config.pickled), and written into the new run folder by `Plan.prepare`."""
+    here after the jobs (launcher.config.by_value), and written into the new run folder by `Plan.prepare`."""
     after_jobs = dependencies(after or [], profile)
     if run_dir is None:
         run_dir = layout.new_run_dir(Path(profile.runs_dir), job_name, profile.name)
@@ -84,9 +84,9 @@ def check(profile: Profile, points: list[Point], run_dir: Path | None, is_sweep:
         if files is not None:
             checks.check_in_snapshot(p.job, files.files, p.source)
     if function is not None or any(p.job.function for p in points):
-        from launcher.config import pickled  # a function handed over from Python: only then
+        from launcher.config import by_value  # a function handed over from Python: only then
 
-        function = pickled.planned(profile, source, [(p.job, p.source) for p in points], run_dir, function)
+        function = by_value.planned(profile, source, [(p.job, p.source) for p in points], run_dir, function)
     return Checked(profile, points, run_dir, is_sweep, source, after_jobs, submit_dir or Path.cwd(), files, held,
                    function)
 
@@ -130,7 +130,7 @@ def new_run(args: argparse.Namespace) -> Checked:
     resolved = resolve(args.profile, args.job, args.sets, wait=args.wait)
     function = None
     if args.function is not None:
-        from launcher.config.pickled import receive
+        from launcher.config.by_value import receive
 
         function = receive(args.function)
     return check(resolved.profile, resolved.points, None, resolved.is_sweep, resolved.profile_source, args.after,
@@ -206,8 +206,8 @@ class Plan:
 
 def _job_ids_of(after: str, login: str = "") -> list[str]:
     """The job ids `--after RUN` depends on: a run recorded here by a submission over SSH
-    (launcher.remote.record), or a run folder's run.json."""
-    from launcher.remote.record import after_ids  # (--after only: a new run's dry run does not load it)
+    (launcher.remote.ssh_record), or a run folder's run.json."""
+    from launcher.remote.ssh_record import after_ids  # (--after only: a new run's dry run does not load it)
 
     record.check_path("--after", after)
     run_dir = Path(after)

@@ -19,7 +19,7 @@ from typing import Any
 
 from launcher.cluster.jobids import distinct_bases
 from launcher.cluster.preflights import Answer
-from launcher.cluster.failures import joined_lines
+from launcher.reports.root_cause import joined_lines
 from launcher.cluster.slurm.env import slurm_env
 from launcher.request.errors import PartiallySubmitted, SubmissionRefused
 from launcher.request.executor import check_script, make_executor

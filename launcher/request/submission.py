@@ -203,7 +203,7 @@ def build(profile: Profile, points: list[Point], run_dir: Path, is_sweep: bool,
         pool = runs_as_pool(profile, is_sweep)
         if pool:
             # No batch-script retry step: a pool's worker is no task of its own (its points are), and
-            # a dead worker's point is taken back by the others (launcher.cluster.pool_claims).
+            # a dead worker's point is taken back by the others (launcher.reports.pool_claims).
             request = replace(request, run_dir="")
         params, python = sbatch.parameters(request), sbatch.python_command(request)
         if pool:  # every worker at once: they share the points

@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from launcher.cluster.failures import Failure, root_cause_first
+from launcher.reports.root_cause import Failure, root_cause_first
 from launcher.cluster.local import LocalFailFast
 from launcher.cluster.slurm import accounting, srun
 from launcher.cluster.slurm.controller import Outage, Unreachable
 from launcher.rundir import record, results
-from launcher.cluster.rank_notes import rank_failures, rank_notes
+from launcher.reports.rank_notes import rank_failures, rank_notes
 from launcher.rundir.outcomes import error_text, raised_by_ranks, succeeded
 from launcher.rundir.record import RecordedRun
 from launcher.rundir.states import ACTIVE, TaskState, task_states

@@ -1,4 +1,4 @@
-"""The run's exclusion list: the nodes a failure was blamed on (launcher.cluster.fault_origin), kept in the
+"""The run's exclusion list: the nodes a failure was blamed on (launcher.reports.fault_origin), kept in the
 run folder (`excluded-nodes.json`, at a sweep's top, shared by its tasks) and left out of every later
 attempt of the run: its own retries and SLURM's requeues (the pending job's ExcNodeList), `--resume`
 and the sweep siblings' retries (sbatch --exclude).

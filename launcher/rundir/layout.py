@@ -1,5 +1,5 @@
 """Every name in a run folder, in one place (the trainer's own from trainer.rank.rundir; the torchrun
-shape's notes from launcher.cluster.rank_notes, which the node writes).
+shape's notes from launcher.reports.rank_notes, which the node writes).
 
     runs/20261129-184500-digits-local/
         run.json        what was submitted (profile, job, executor parameters, job ids, command)
@@ -19,7 +19,7 @@ shape's notes from launcher.cluster.rank_notes, which the node writes).
         curves.png      loss and accuracy per epoch
         task-NNNN/      a sweep's tasks, each laid out like a single run (without run.json)
             logs/       a pool's point: its ranks' output under each worker that ran it
-        pool/           a pool's claim records, one folder per point (launcher.cluster.pool_claims)
+        pool/           a pool's claim records, one folder per point (launcher.reports.pool_claims)
         summary.csv, summary.md, summary.png   a sweep's table and picture
 """
 
@@ -31,7 +31,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from launcher.cluster import pool_claims, rank_notes
+from launcher.reports import pool_claims, rank_notes
 from trainer.config.schema import ConfigError
 from trainer.rank import rundir
 
@@ -49,8 +49,8 @@ ATTEMPT_BANNER = rundir.ATTEMPT_BANNER  # how a rank's log marks an attempt's st
 CURVES_FILE = "curves.png"
 SUMMARY_CSV, SUMMARY_MD, SUMMARY_PNG = "summary.csv", "summary.md", "summary.png"
 LOGS_DIR = "logs"
-TORCHRUN_DIR = rank_notes.TORCHRUN_DIR  # in a job's logs: written on the node (launcher.cluster.rank_notes)
-POOL_DIR = pool_claims.POOL_DIR  # a pool's claims: written by its workers (launcher.cluster.pool_claims)
+TORCHRUN_DIR = rank_notes.TORCHRUN_DIR  # in a job's logs: written on the node (launcher.reports.rank_notes)
+POOL_DIR = pool_claims.POOL_DIR  # a pool's claims: written by its workers (launcher.reports.pool_claims)
 point_log_path = pool_claims.point_log  # a pool point's log, under the worker (job id) that ran it
 # The code snapshot (launcher.rundir.snapshot): the code the tasks import, your project's copy when it is
 # not this tool's checkout, and the note in code/ naming what was copied.

@@ -1,7 +1,7 @@
 """How each rank of a job ended, from submitit's result pickles (in the torchrun shape, from the ranks'
-own notes: launcher.cluster.rank_notes; a rank stopped before it left its pickle, from its own record of
+own notes: launcher.reports.rank_notes; a rank stopped before it left its pickle, from its own record of
 what it raised: trainer.runners.failures), and which failure is the cause (the one rule:
-launcher.cluster.failures.root_cause_first)."""
+launcher.reports.root_cause.root_cause_first)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from launcher.cluster.failures import Failure, is_symptom, last_line, root_cause_first, traceback_body
-from launcher.cluster.rank_notes import rank_failures, rank_notes
+from launcher.reports.root_cause import Failure, is_symptom, last_line, root_cause_first, traceback_body
+from launcher.reports.rank_notes import rank_failures, rank_notes
 from launcher.rundir.layout import job_files, job_log_dir, result_pickle_names
 from launcher.rundir.record import read_optional
 from trainer.config.schema import ConfigError

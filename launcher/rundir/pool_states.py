@@ -1,5 +1,5 @@
 """What each point of a pool (`sweep_runner: pool`) is doing now: from its claim records
-(launcher.cluster.pool_claims) and the state of the pool's workers (SLURM's, or the local controllers').
+(launcher.reports.pool_claims) and the state of the pool's workers (SLURM's, or the local controllers').
 
 A point's state reads as an array task's does (launcher.rundir.task_state.TaskState), so that `status`,
 `watch`, `--wait`, the summary and `--resume` need no second story: done (its record's outcome), held by
@@ -11,7 +11,8 @@ its events.jsonl counts, as a task's. Nothing here imports torch.
 
 from __future__ import annotations
 
-from launcher.cluster import local, pool_claims
+from launcher.cluster import local
+from launcher.reports import pool_claims
 from launcher.cluster.slurm.accounting import SchedulerRecord, sacct_records, squeue_records
 from launcher.cluster.slurm.env import slurm_env
 from launcher.rundir import restarts

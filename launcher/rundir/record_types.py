@@ -1,6 +1,6 @@
 """The one typed, bounded reading of a run folder's records (run.json, tasks.json, result.json,
 failure.json; remote.json, the local record of a run submitted over SSH, has its own reader in
-launcher.remote.record).
+launcher.remote.ssh_record).
 
 A record is written by the submitter or a rank, but read back later by `status`, `logs`, `cancel`,
 `list`, `--resume` and `--after`, possibly after an edit, a crash mid-write on an old version, or

@@ -4,7 +4,7 @@ The retry step of a SLURM job (launcher.heal) asks `decide` after each attempt t
 its answer as a "failure" event in the task's events.jsonl (what `status`, `--json` and `restart_causes`
 read back). A failure that is the user's bug must not burn GPU hours:
 
-* a node's failure (launcher.cluster.fault_origin) is retried, without that node;
+* a node's failure (launcher.reports.fault_origin) is retried, without that node;
 * a rank killed by the profile's stop signal before it could take it (at start-up) is retried: a stop;
 * the code's failure is not retried when it happened before the first step of the run's first
   attempt (an import error, a wrong shape, a missing file), nor when it is the same exception from the
@@ -20,7 +20,7 @@ from typing import Any
 
 from launcher.rundir import exclusions
 from launcher.rundir.restarts import FAILURE_EVENT
-from launcher.cluster.fault_origin import Verdict
+from launcher.reports.fault_origin import Verdict
 from trainer.rank import events
 
 

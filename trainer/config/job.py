@@ -13,7 +13,7 @@ from typing import Any, Literal, Optional, get_args
 
 from trainer.config import files, lookup, project, values
 from trainer.config.schema import ConfigError, build, require
-from trainer.config.trackers import TrackerConfig, merged
+from trainer.config.tracker_key import TrackerConfig, merged
 
 # Bounds on counts and sizes: beyond them torch (32-bit sizes in kernels), memory or the OS fail
 # later, after queueing; refusing them here keeps the failure at submission time.
@@ -96,7 +96,7 @@ class JobConfig:
     target_metric: str = "test_accuracy"
     target_mode: Literal["max", "min"] = "max"
     tensorboard: bool = False  # the former spelling of `tracker: {tensorboard: true}`
-    # Experiment trackers rank 0 feeds (TensorBoard, MLflow, W&B): trainer.config.trackers; null: the profile's.
+    # Experiment trackers rank 0 feeds (TensorBoard, MLflow, W&B): trainer.config.tracker_key; null: the profile's.
     tracker: Optional[TrackerConfig] = None
     # Stop early once test accuracy reaches this (0 disables); used by time-to-accuracy runs.
     stop_at_accuracy: float = 0.0
@@ -209,7 +209,7 @@ class RunSettings:
     progress_bar: bool = False
     # The cap on time-out requeues (the profile's max_timeout_requeues): a script's TORCHELASTIC_MAX_RESTARTS.
     max_restarts: int = 0
-    # The trackers to feed (the job's over the profile's, defaults filled in: trainer.config.trackers), and
+    # The trackers to feed (the job's over the profile's, defaults filled in: trainer.config.tracker_key), and
     # what they are told about the run: the profile's name, the sweep (its run folder's name, "" for a
     # single run), this task's index and the keys its sweep point set.
     tracker: TrackerConfig = field(default_factory=TrackerConfig)

@@ -22,7 +22,7 @@ import torch
 from trainer.config import project
 from trainer.config.job import JobConfig, RunSettings, interrupt_steps
 from trainer.config.lookup import CODE_ROOT
-from trainer.config.trackers import TrackerConfig, merged
+from trainer.config.tracker_key import TrackerConfig, merged
 from trainer.distributed import process, usergroup
 from trainer.distributed.environment import DistEnv
 from trainer.distributed.held import HeldGroup

@@ -14,7 +14,7 @@ import os
 import pwd
 import subprocess
 
-from launcher.cluster.failures import last_line
+from launcher.reports.root_cause import last_line
 from trainer.config.schema import ConfigError
 
 TIMEOUT_S = 15.0

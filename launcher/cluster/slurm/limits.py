@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Protocol
 from pathlib import Path
 
-from launcher.cluster.failures import last_line
+from launcher.reports.root_cause import last_line
 from launcher.cluster.preflights import Answer
 from launcher.cluster.slurm import capacity, gres, release
 from launcher.cluster.slurm.env import slurm_env

@@ -16,7 +16,7 @@ import subprocess
 import time
 from collections.abc import Callable
 
-from launcher.cluster.failures import last_line
+from launcher.reports.root_cause import last_line
 from launcher.cluster.jobids import expand_array_id
 from launcher.cluster.slurm.accounting import sacct
 from launcher.cluster.slurm.limits import Partition, fitting_nodes, parse_partitions, parse_record, parse_records

@@ -11,7 +11,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 
-from launcher.cluster.failures import last_line
+from launcher.reports.root_cause import last_line
 from trainer.distributed import hostlist
 
 # sbatch: Job 655 to start at 2026-12-02T06:52:54 using 2 processors on nodes cpu[1-2] in partition cpu

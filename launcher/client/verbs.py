@@ -15,10 +15,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from launcher.client.functions import by_value, default_name, reference, short, shown
+from launcher.client.shipping import by_value, default_name, reference, short, shown
 from launcher.client.engine import Engine, environment
 from launcher.client.handles import Run, SubmitError, Sweep
-from launcher.remote.record import RECORD
+from launcher.remote.ssh_record import RECORD
 from launcher.rundir.layout import RUN_FILE
 from trainer.config.overrides import dotted_keys
 

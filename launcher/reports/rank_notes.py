@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from launcher.cluster.failures import Failure
+from launcher.reports.root_cause import Failure
 
 TORCHRUN_DIR = "torchrun"
 PLACES_DIR = "places"  # in submitit's folder of a job: which node each SLURM task of its attempt runs on

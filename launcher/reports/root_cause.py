@@ -53,7 +53,7 @@ def root_cause_first(failures: list[Failure], first_dead: int | None = None,
 
     `first_dead` is the rank srun reported first (it outranks symptoms: a rank killed by a signal
     leaves no traceback of its own); `times`, when each rank failed (torchrun's notes,
-    launcher.cluster.rank_notes; the ranks' own records, launcher.rundir.outcomes.raised_by_ranks): among causes
+    launcher.reports.rank_notes; the ranks' own records, launcher.rundir.outcomes.raised_by_ranks): among causes
     alike, the first to fail comes first (one whose time is unknown after those known), then the lowest rank."""
     def key(f: Failure) -> tuple[int, float, int]:
         symptom = is_symptom(f[2])

@@ -71,7 +71,7 @@ class WandbConfig:
 
 @dataclass
 class TrackerConfig:
-    """`tracker:` in a job or a profile (the job's wins, key by key: trainer.config.trackers.merged)."""
+    """`tracker:` in a job or a profile (the job's wins, key by key: trainer.config.tracker_key.merged)."""
 
     tensorboard: bool = False
     mlflow: Optional[MlflowConfig] = None

@@ -1,5 +1,5 @@
 """Where a failed attempt's failure came from: the node (leave it out of later attempts) or the code.
-(launcher.cluster.failures shortens a failure and orders the failed ranks; this says whose fault it was.)
+(launcher.reports.root_cause shortens a failure and orders the failed ranks; this says whose fault it was.)
 
 Read from how each rank ended (`RankEnd`: its result pickle, this attempt's part of its log, srun's
 report line) by `classify`, a pure function:
@@ -9,7 +9,7 @@ report line) by `classify`, a pure function:
    shipped CUDA/NCCL/ECC/Xid/bus-error patterns, and the profile's `node_error_patterns`): that
    rank's node. Matched only in the ranks that failed, so a healthy peer that printed a warning is
    not blamed.
-3. The root cause (launcher.cluster.failures.root_cause_first: the rank that raised, or the one srun saw
+3. The root cause (launcher.reports.root_cause.root_cause_first: the rank that raised, or the one srun saw
    die first)
    raised a Python exception: the code, with a `signature` (the exception's type and the file:line
    of the innermost frame of the user's code) that tells the same bug on the next attempt.
@@ -30,7 +30,7 @@ import re
 import signal
 from dataclasses import dataclass
 
-from launcher.cluster.failures import is_symptom, last_line, root_cause_first, traceback_body
+from launcher.reports.root_cause import is_symptom, last_line, root_cause_first, traceback_body
 
 # Lines a node's hardware or driver writes into a rank's log or error (matched case-insensitively).
 # Deliberately not NCCL's network errors ("remote process exited"): every peer of a dead rank prints
