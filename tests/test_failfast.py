@@ -8,7 +8,7 @@ timeout can never be what ends the surviving ranks in time: only fail-fast can. 
 - a rank that dies before the process group forms leaves its peers waiting at the rendezvous, where
   no connection to it exists: on SLURM only `srun --kill-on-bad-exit` ends them. The local executor
   has no such mechanism (submitit's controller waits for every process), so there the waiting
-  submitter stops the surviving ranks (launcher/request/waiting.py: a single run, and each task of
+  submitter stops the surviving ranks (launcher/waiting/ends.py: a single run, and each task of
   a local sweep).
 """
 

@@ -41,7 +41,7 @@ def test_local_dry_run_loads_neither_the_sending_nor_the_waiting_nor_the_slurm_c
     # The preview users wait for most plans and shows; submitit, sbatch and the waiting loop are for sending.
     rc, modules, output = _imported_modules(["--dry-run"], tmp_path)
     assert rc == 0 and "Dry run: nothing was submitted." in output, output[-3000:]
-    assert not modules & {"submitit", "launcher.request.send", "launcher.request.waiting", "launcher.request.echo",
+    assert not modules & {"submitit", "launcher.request.send", "launcher.waiting.ends", "launcher.waiting.echo",
                           "launcher.request.over_ssh", "launcher.remote.transport", "launcher.remote.connection",
                           "launcher.cluster.slurm.limits"}  # (a local profile: no SLURM preflight, nor SSH either)
 

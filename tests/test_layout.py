@@ -7,6 +7,7 @@ one sitting can read. docs/architecture.md draws the same map."""
 from __future__ import annotations
 
 import ast
+import functools
 import itertools
 import re
 import subprocess
@@ -22,10 +23,12 @@ from tests.helpers import ROOT
 ALLOWED: dict[str, set[str]] = {
     "submit": {"launcher.commands"},
     "launcher.__main__": {"launcher.commands"},  # `python -m launcher`: submit.py's twin, for wheels
-    "launcher.commands": {"launcher.request", "launcher.remote", "launcher.rundir", "launcher.node", "launcher.cluster",
+    "launcher.commands": {"launcher.request", "launcher.waiting", "launcher.remote", "launcher.rundir", "launcher.node", "launcher.cluster",
                           "launcher.reports", "launcher.config", "trainer.config", "trainer.runners"},
     "launcher.request": {"launcher.remote", "launcher.rundir", "launcher.node", "launcher.cluster", "launcher.reports",
                          "launcher.config", "launcher.submitit_private", "trainer.config", "trainer.runners"},
+    # waiting for what was sent: not the request (which is done once this starts)
+    "launcher.waiting": {"launcher.rundir", "launcher.cluster", "launcher.reports", "trainer.runners"},
     "launcher.remote": {"launcher.cluster", "launcher.reports", "launcher.config", "launcher.filestamp",
                         "trainer.config"},
     "launcher.rundir": {"launcher.cluster", "launcher.reports", "launcher.config", "launcher.filestamp",
@@ -170,6 +173,29 @@ def test_no_modules_import_each_other_in_a_loop() -> None:
                 seen.add(here)
                 todo += graph[here]
     assert loops == []
+
+
+MAX_FLOORS = 5
+
+
+def test_no_wing_stands_on_more_than_five_floors_of_its_own() -> None:
+    """A module's floor in its wing: one above the highest module of the same wing it imports (at the top
+    or inside a function). Deeper than five, a reader following one value down a wing loses the thread."""
+    known = modules()
+    below: dict[str, set[str]] = {m: set() for m in known}
+    for module, path in known.items():
+        below[module] = {t for name, _ in imports(path) if (t := ours(name, known)) and t != module
+                         and t != wing(t) and wing(t) == wing(module)}
+
+    @functools.cache
+    def floor(module: str) -> int:
+        return 1 + max((floor(m) for m in below[module]), default=0)
+
+    # The dev cluster, a tool standing alone, is one straight line from its settings to its command line
+    # (paths, releases, config, daemons, commands, cli, __main__): read top down, not followed through.
+    deep = sorted(f"{m} on floor {floor(m)}" for m in known
+                  if m != wing(m) and wing(m) != "launcher.devcluster" and floor(m) > MAX_FLOORS)
+    assert deep == []
 
 
 @pytest.mark.parametrize("folder", ["trainer", "launcher", "benchmarks", "examples"])

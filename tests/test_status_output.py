@@ -182,5 +182,5 @@ def test_status_loads_neither_the_submit_path_nor_heavy_libraries(tmp_path: Path
     codes, loaded = json.loads(done.stdout.strip().splitlines()[-1])
     assert codes == [0, 0, 0]
     heavy = ("torch", "submitit", "matplotlib", "numpy", "launcher.request.send", "launcher.request.submission",
-             "launcher.request.waiting", "launcher.request.plan", "launcher.commands.submit")
+             "launcher.waiting.ends", "launcher.request.plan", "launcher.commands.submit")
     assert [m for m in loaded if m.startswith(heavy)] == []

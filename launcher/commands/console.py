@@ -1,6 +1,6 @@
 """Console output and exit codes, shared by every command (the command line's own helper): one line per
 error with every control character escaped (`escaped`, `error_line`), --json's last line (`emit`).
-Rank 0's output while a local run is waited for is echoed by launcher.request.echo."""
+Rank 0's output while a local run is waited for is echoed by launcher.waiting.echo."""
 
 from __future__ import annotations
 

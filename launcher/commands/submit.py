@@ -138,9 +138,9 @@ def wait_for_run(sub: Submission, job: Any, as_json: bool, verbose: bool = False
     import logging
 
     from launcher.cluster.slurm.sbatch import heal_policy
-    from launcher.request.echo import rank0_echo
-    from launcher.request.pending import LeaveOutWhilePending
-    from launcher.request.waiting import wait
+    from launcher.waiting.echo import rank0_echo
+    from launcher.waiting.pending import LeaveOutWhilePending
+    from launcher.waiting.ends import wait
     from launcher.rundir import plots, restarts, retries
 
     if not verbose:  # submitit's INFO lines (the debug executor runs the job in this process)
@@ -179,7 +179,7 @@ def wait_for_run(sub: Submission, job: Any, as_json: bool, verbose: bool = False
 def wait_for_sweep(run_dir: Path, jobs: list[Any], as_json: bool) -> int:
     """`--wait` for the array tasks in `jobs` (a sweep, or the tasks `--resume` sent again): each as it
     ends, then the summary; 0 if every task of the run completed, 1 otherwise (the failed rows say why)."""
-    from launcher.request.waiting import sweep_endings, sweep_tasks
+    from launcher.waiting.ends import sweep_endings, sweep_tasks
     from launcher.rundir import results
     from launcher.rundir.states import task_states
 

@@ -41,7 +41,7 @@ from submitit.helpers import Checkpointable
 
 from launcher import submitit_private
 from launcher.reports import rank_notes
-from launcher.cluster.slurm import allocation
+from launcher.cluster.slurm import sbatch
 from trainer.config.job import JobConfig, RunSettings
 from trainer.distributed import environment
 from trainer.rank import events
@@ -74,7 +74,7 @@ class SubmititRequeue:
     def allowed(self) -> bool:
         """A job step of an allocation the submitter held (`in_allocation`) is never requeued: SLURM cannot
         requeue an allocation, and `scontrol requeue` is not asked."""
-        return not os.environ.get(allocation.STEP_VARIABLE)
+        return not os.environ.get(sbatch.STEP_VARIABLE)
 
     @property
     def signal_name(self) -> str:

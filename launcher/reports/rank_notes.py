@@ -6,7 +6,7 @@ reader of the notes. And, in both shapes, where each SLURM task of an attempt ru
 
 submitit keys a job's outcomes by SLURM task, which in that shape is a node, not a rank: the node's
 torchrun task (launcher.node.torchrun_task) names the failed rank from these notes, and so do `status`
-and `--wait` (launcher.rundir.outcomes, launcher.request.waiting), never from a message's text. Here,
+and `--wait` (launcher.rundir.outcomes, launcher.waiting.ends), never from a message's text. Here,
 below both the node's code that writes them and the run folder's that reads them.
 """
 

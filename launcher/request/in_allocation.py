@@ -45,12 +45,6 @@ def executor_class() -> type:
     return InAllocationExecutor
 
 
-def launcher_state(job: Any) -> str:
-    """For `--wait`: "" while the run's bash runs, else how it ended (as SLURM's job states read)."""
-    code = job.process.poll()
-    return "" if code is None else ("COMPLETED" if code == 0 else "FAILED")
-
-
 def _step_environment(allocation_variables: dict[str, str]) -> dict[str, str]:
     """This shell's environment for the step's batch script, with only the allocation's own SLURM variables
     (launcher.cluster.slurm.allocation.current): inside `srun --pty bash` or after `salloc --mem-per-cpu`

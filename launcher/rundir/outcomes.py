@@ -52,7 +52,7 @@ def read_outcomes(run_dir: Path, job_id: str,
 def succeeded(result_pickle: Path) -> bool:
     """Whether a rank's result file (submitit's pickle of ("success", result) or ("error", traceback))
     holds a success; False while it is missing or half written (the wait of a run whose failed attempt
-    may come back by itself, launcher.request.waiting)."""
+    may come back by itself, launcher.waiting.ends)."""
     try:
         with open(result_pickle, "rb") as fh:
             return bool(pickle.load(fh)[0] == "success")  # noqa: S301 - the run's own private folder

@@ -31,7 +31,7 @@ ERRORS_DIR = "errors"
 FUNCTION_FILE = "function.pkl"
 
 # How each rank's log marks the start of an attempt (launcher.node.task writes it to both of a rank's logs, so
-# that each file has it; the submitter's live view of a local run shows it once, launcher.request.echo).
+# that each file has it; the submitter's live view of a local run shows it once, launcher.waiting.echo).
 ATTEMPT_BANNER = "===== [submit.py] attempt started"
 
 # A pattern string: re compiles (and caches) it on first use.

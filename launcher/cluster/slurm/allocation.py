@@ -10,6 +10,7 @@ named after the run so that `cancel` finds that step and no other of yours.
 from __future__ import annotations
 
 import re
+import subprocess
 from dataclasses import dataclass, field
 from collections.abc import Mapping
 
@@ -22,9 +23,6 @@ from trainer.config.schema import ConfigError
 # step's own description (the submitter may run inside `srun --pty bash`).
 _STEP = ("SLURM_STEP", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_TASK_PID", "SLURM_GTIDS",
          "SLURM_LAUNCH_NODE", "SLURM_SRUN_COMM", "SLURM_PTY", "SLURM_UMASK", "SLURM_CPU_BIND", "SLURM_DISTRIBUTION")
-# Exported to a job step of a held allocation: the tasks then never ask SLURM to requeue (an allocation
-# cannot be; launcher.node.task), and a stop ends the run for `--resume`.
-STEP_VARIABLE = "DDP_SUBMIT_IN_ALLOCATION"
 _REQUEST = ("SLURM_NTASKS", "SLURM_NPROCS", "SLURM_CPUS_PER_TASK", "SLURM_MEM_PER", "SLURM_NTASKS_PER",
             "SLURM_GPUS_PER_TASK", "SLURM_TRES_PER_TASK", "SLURM_CONF")
 
@@ -115,3 +113,11 @@ def steps_named(job_id: str, name: str, env: dict[str, str]) -> list[str]:
     """The ids (`A.S`) of the allocation's running steps called `name` (squeue --steps)."""
     listed = query(["squeue", "--steps", "-j", job_id, "-h", "-o", "%i|%j"], env) or ""
     return [line.split("|", 1)[0] for line in listed.splitlines() if line.partition("|")[2] == name]
+
+
+def step_state(bash: subprocess.Popen[bytes]) -> str:
+    """A run sent into the allocation (launcher.request.in_allocation), as `--wait` reads it: its batch script's
+    bash stands for the job, since the allocation runs on after it. "" while that bash runs, else how it ended,
+    as SLURM's job states read."""
+    code = bash.poll()
+    return "" if code is None else ("COMPLETED" if code == 0 else "FAILED")

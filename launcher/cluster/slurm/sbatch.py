@@ -16,7 +16,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-from launcher.cluster.slurm import allocation, healing
+from launcher.cluster.slurm import healing
 from launcher.cluster.slurm.release import Release
 from launcher.cluster.slurm.srun import SRUN_ARGS
 from trainer.config.schema import ConfigError
@@ -24,6 +24,11 @@ from trainer.distributed import threads
 
 # A pattern string: re compiles (and caches) it on first use, so a local submission never pays for it.
 _CONTROL = r"[\x00-\x1f\x7f]"
+
+# Exported by the batch script of a run sent into a held allocation (launcher.cluster.slurm.allocation): its
+# tasks then never ask SLURM to requeue (an allocation cannot be; launcher.node.task), and a stop ends the
+# run for `--resume`.
+STEP_VARIABLE = "DDP_SUBMIT_IN_ALLOCATION"
 
 
 @dataclass(frozen=True)
@@ -74,7 +79,7 @@ def setup_lines(req: SlurmRequest) -> list[str]:
     # The thread variables: libraries that start thread pools before the trainer sets its thread count
     # (torch reads OMP_NUM_THREADS at import) use one rank's CPUs, not the task's or the whole node's.
     env = {**({"SLURM_CONF": req.slurm_conf} if req.slurm_conf else {}), "SUBMITIT_PREEMPT_SIGNAL": req.signal,
-           **({allocation.STEP_VARIABLE: req.step_name} if req.step_name else {}),
+           **({STEP_VARIABLE: req.step_name} if req.step_name else {}),
            **threads.variables(req.rank_threads or req.cpus_per_task), **req.env}
     lines = [f"export {key}={shlex.quote(value)}" for key, value in env.items()]
     lines += req.setup  # as written, once the preflight's `bash -n` accepted them (limits.check_setup_lines)

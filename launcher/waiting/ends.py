@@ -17,6 +17,7 @@ from typing import Any
 from launcher.reports.root_cause import Failure, root_cause_first
 from launcher.cluster.local import LocalFailFast
 from launcher.cluster.slurm import accounting, srun
+from launcher.cluster.slurm.allocation import step_state
 from launcher.cluster.slurm.controller import Outage, Unreachable
 from launcher.rundir import record, results
 from launcher.reports.rank_notes import rank_failures, rank_notes
@@ -76,16 +77,14 @@ def _ended(job: Any, force: bool, outage: Outage, pending: Callable[[], None] | 
     if isinstance(job, LocalJob):
         return "FINISHED" if job.done() else ""  # the controller has exited (all its tasks have)
     if hasattr(job, "process"):  # a job step of the allocation held here: its bash stands for the job
-        from launcher.request.in_allocation import launcher_state
-
-        return launcher_state(job)
+        return step_state(job.process)
     if not force:
         return ""
     now = _controller_says(str(job.job_id), outage)
     if now is None:
         return ""  # sacct, below, answers meanwhile, but only the controller knows of a requeue
     if now == "PENDING" and pending is not None:
-        pending()  # (waiting for its next start, after a requeue: launcher.request.pending)
+        pending()  # (waiting for its next start, after a requeue: launcher.waiting.pending)
     if not job.watcher.is_done(job.job_id, mode="force"):
         return ""
     state = str(job.watcher.get_state(job.job_id, mode="cache"))
@@ -138,7 +137,7 @@ def wait(job: Any, poll_s: float = 1.0, force_every_s: float = 5.0, grace_s: flo
     the job ended (asked every `force_every_s`, not on submitit's backoff of up to 10 minutes); ranks with
     no result then get `grace_s` for their file to appear before they are reported from srun's lines and
     their log. `pending`: called each such round the controller says the job is pending
-    (launcher.request.pending: a requeued job leaves a lost node out before it starts). `run_dir`: where
+    (launcher.waiting.pending: a requeued job leaves a lost node out before it starts). `run_dir`: where
     the ranks record what they raised (launcher.rundir.outcomes.raised_by_ranks).
     """
     num_tasks = getattr(job, "num_tasks", 1)

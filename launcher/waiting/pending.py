@@ -3,7 +3,7 @@ node out before it starts again.
 
 Nothing of the job is left to do that where the lost node was its batch host (the retry step runs
 there, launcher.heal), and the next attempt's retry step can only move off a node it landed on, at the
-cost of one more turn in the queue. So, each round it asks the controller anyway (launcher.request.waiting),
+cost of one more turn in the queue. So, each round it asks the controller anyway (launcher.waiting.ends),
 `--wait` looks at the pending job: where its last attempt ended NODE_FAIL and a node of it is still down,
 that node goes on the run's exclusion list (bounded, as the retry step's), and the pending job's
 ExcNodeList gets every node the run leaves out (also those a sweep sibling's failure added meanwhile).
