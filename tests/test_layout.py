@@ -175,6 +175,16 @@ def test_no_modules_import_each_other_in_a_loop() -> None:
     assert loops == []
 
 
+def test_no_two_modules_share_a_name() -> None:
+    """A reader who meets `layout` or `failures` in a traceback or an import knows which one it is. (The
+    door, `submit.py`, and the verb it opens onto, `launcher/commands/submit.py`, are one thing.)"""
+    names: dict[str, list[str]] = {}
+    for module, path in modules().items():
+        if path.stem not in ("__init__", "__main__") and module != "submit":
+            names.setdefault(path.stem, []).append(str(path.relative_to(ROOT)))
+    assert {name: paths for name, paths in names.items() if len(paths) > 1} == {}
+
+
 MAX_FLOORS = 5
 
 
