@@ -1,8 +1,9 @@
 """The few private parts of submitit this project relies on, in one place.
 
-submitit has no public API for three things the submitter needs: which signal its job environment
+submitit has no public API for four things the submitter needs: which signal its job environment
 listens to (and setting it before the script is written), the time-out countdown of a requeue
-decision, and the text of the sbatch script without submitting it (--dry-run). They are reached only
+decision, the text of the sbatch script without submitting it (--dry-run), and the environment a debug
+job runs its function in (which it otherwise copies from this process when it is made). They are reached only
 through this module. `check()` names any attribute an installed submitit lacks, and the test suite
 calls it, so an upgrade that moves one fails loudly there instead of deep inside a requeue;
 `pyproject.toml` bounds submitit to the versions that test passed on.
@@ -12,6 +13,7 @@ Importers outside the node side load this module lazily: it imports submitit.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import signal
 from types import SimpleNamespace
@@ -19,6 +21,7 @@ from typing import Any
 
 from submitit.core import utils
 from submitit.core.job_environment import JobEnvironment, SignalHandler
+from submitit.local.debug import DebugJob
 from submitit.slurm.slurm import SlurmExecutor
 
 # (owner, attribute, what we use it for)
@@ -41,7 +44,18 @@ def check() -> list[str]:
         missing.append("submitit.core.utils.DelayedSubmission._timeout_countdown (time-out requeues left)")
     if not hasattr(utils.DelayedSubmission(print), "_timeout_min"):
         missing.append("submitit.core.utils.DelayedSubmission._timeout_min (the time limit, for time-out or preemption)")
+    # Read in the source: only a job made and run shows it.
+    if "self.environ" not in inspect.getsource(DebugJob.__init__) or "self.environ" not in inspect.getsource(
+            DebugJob.results):
+        missing.append("submitit.local.debug.DebugJob.environ (the environment a debug run's function runs in)")
     return missing
+
+
+def give_environment(job: DebugJob, env: dict[str, str]) -> None:
+    """A debug job runs its function in this process with its `environ` put in place for the run and taken
+    back after (submitit's DebugJob.results): the run's environment, given to it as data, so that the
+    caller's own is never replaced around the submission (a debug run's caller may be a notebook)."""
+    job.environ = dict(env)
 
 
 def set_requeue_signal(name: str) -> None:

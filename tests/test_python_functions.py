@@ -148,17 +148,26 @@ def test_after_and_when_are_checked_where_they_enter(tmp_path: Path) -> None:
 
 
 DEBUG_SCRIPT = """
-import sys
+import os, sys
 from launcher.client import submit
+
+sys.replaced_by = []  # who emptied this process's environment (to put another in place), by module
+clear = os.environ.clear  # (on sys: the function below is pickled by value, its globals copied)
+def watched_clear():
+    sys.replaced_by.append(sys._getframe(1).f_globals["__name__"].split(".")[0])
+    clear()
+os.environ.clear = watched_clear
 
 def train(ctx, config):
     x = config["x"] + ctx.rank
     print("argv", sys.argv, "stdin is mine", sys.stdin is sys.__stdin__, flush=True)
+    print("run's environment", os.environ.get("PYTHONSAFEPATH"), "replaced by", sys.replaced_by, flush=True)
     breakpoint()
     return {"x": x}
 
 run = submit(train, profile="debug", config={"x": 41})
 print("result", run.result()["x"], "state", run.state())
+print("after", os.environ.get("PYTHONSAFEPATH"), flush=True)
 """
 
 
@@ -168,12 +177,17 @@ def test_a_debug_profile_runs_the_function_here_where_breakpoint_stops(tmp_path:
     (tmp_path / "tmp").mkdir()
     done = subprocess.run([sys.executable, "debugging.py"], cwd=tmp_path, input="p x + 1\nx = 7\nc\n", text=True,
                           capture_output=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path / "tmp")})
+                          env={**{k: v for k, v in os.environ.items() if k != "PYTHONSAFEPATH"}, "PYTHONPATH": str(ROOT),
+                               "TMPDIR": str(tmp_path / "tmp")})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "(Pdb) 42" in done.stdout and '-> return {"x": x}' in done.stdout  # stopped at the line, in the function
     assert "result 7 state completed" in done.stdout  # what was changed at the prompt is what it returned
     # Nothing of this process was swapped to run the command line in it: its arguments and standard input are its own.
     assert "argv ['debugging.py'] stdin is mine True" in done.stdout, done.stdout[-3000:]
+    # The run's environment was given to submitit's debug job as data, which put it in place for the run only:
+    # nothing of ours replaced this process's environment around the submission.
+    assert "run's environment 1 replaced by ['submitit']" in done.stdout, done.stdout[-3000:]
+    assert "after None" in done.stdout
     # The job and the pickle went through pipes: nothing is left in the temp folder (torch's own caches aside).
     assert [p.name for p in (tmp_path / "tmp").iterdir() if not p.name.startswith("torchinductor_")] == []
 

@@ -13,7 +13,7 @@ import os
 import shutil
 import socket
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,40 +32,47 @@ from trainer.config.lookup import CODE_ROOT
 from trainer.config.schema import ConfigError
 
 
-@contextlib.contextmanager
-def submission_environment(slurm_conf: str, search_path: list[str] | None = None,
-                           extra: dict[str, str] | None = None, local: bool = False,
-                           submit_dir: Path | None = None, project_copy: str | None = None) -> Iterator[None]:
-    """Submit with a clean environment: a submitter running inside a job must not pass that job's
-    SLURM_*/RANK/MASTER_* variables on (sbatch exports the caller's environment to the new job,
-    and the local executor copies it into its processes). `extra`: the profile's `env` for the
-    local and debug executors, which have no batch script to export it.
+def task_environment(caller: Mapping[str, str], slurm_conf: str, search_path: list[str] | None = None,
+                     extra: dict[str, str] | None = None, local: bool = False,
+                     project_copy: str | None = None) -> dict[str, str]:
+    """The environment the tasks start with, made from the caller's (`caller`, not changed). Clean: a
+    submitter running inside a job must not pass that job's SLURM_*/RANK/MASTER_* variables on (sbatch
+    exports the caller's environment to the new job, and the local executor copies it into its processes).
+    `extra`: the profile's `env` for the local and debug executors, which have no batch script to export it.
 
-    `search_path`: the run's code snapshot, then the project's folders as the one lookup rule
-    gives them (Submission.search_path): the tasks' PYTHONPATH, ahead of the caller's. The tasks
-    start in `submit_dir` (sbatch and the local executor start jobs in the submitter's current
-    directory), with PYTHONSAFEPATH=1 so that `python -m` does not put that directory first on
-    sys.path: imports resolve to the snapshot, relative paths to where the user submitted.
-    `project_copy`: the run's copy of the project (trainer.config.project.SNAPSHOT_VAR).
+    `search_path`: the run's code snapshot, then the project's folders as the one lookup rule gives them
+    (Submission.search_path): the tasks' PYTHONPATH, ahead of the caller's, with PYTHONSAFEPATH=1 so that
+    `python -m` does not put the working directory first on sys.path: imports resolve to the snapshot,
+    relative paths to where the user submitted. `project_copy`: the run's copy of the project
+    (trainer.config.project.SNAPSHOT_VAR).
 
-    `local`: the local executor, which sets CUDA_VISIBLE_DEVICES itself: the caller's is passed on
-    beside it for the tasks to put back (launcher.node.task.restore_caller_gpus)."""
+    `local`: the local executor, which sets CUDA_VISIBLE_DEVICES itself: the caller's is passed on beside it
+    for the tasks to put back (launcher.node.task.restore_caller_gpus)."""
     from launcher.node.task import remember_caller_gpus  # (imports submitit: only when something is sent)
 
-    saved, cwd = dict(os.environ), os.getcwd()
-    os.environ.clear()
-    os.environ.update(slurm_env(slurm_conf, saved))
-    os.environ.update(extra or {})
-    remember_caller_gpus(os.environ, local)
+    env = {**slurm_env(slurm_conf, dict(caller)), **(extra or {})}
+    remember_caller_gpus(env, local)
     # The task unpickles launcher.node.task.TrainTask wherever it runs: make the project importable there
     # even when the submitter was started from another folder and the project is not installed.
     code = search_path or [str(CODE_ROOT)]
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (*code, os.environ.get("PYTHONPATH", "")) if p)
-    if not os.environ.get("PYTHONSAFEPATH"):
-        os.environ.update({"PYTHONSAFEPATH": "1", project.ADDED_SAFEPATH_VAR: "1"})
-    os.environ.pop(project.SNAPSHOT_VAR, None)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (*code, env.get("PYTHONPATH", "")) if p)
+    if not env.get("PYTHONSAFEPATH"):
+        env.update({"PYTHONSAFEPATH": "1", project.ADDED_SAFEPATH_VAR: "1"})
+    env.pop(project.SNAPSHOT_VAR, None)
     if project_copy:
-        os.environ[project.SNAPSHOT_VAR] = project_copy
+        env[project.SNAPSHOT_VAR] = project_copy
+    return env
+
+
+@contextlib.contextmanager
+def submitting_from(env: dict[str, str], submit_dir: Path | None) -> Iterator[None]:
+    """submitit's SLURM and local executors read the tasks' environment and starting folder from this
+    process (sbatch and the local executor start jobs in the submitter's current directory): this command
+    line's own process, never a caller's (the Python API starts `python -m launcher` for them; a debug
+    profile's run, the one that runs in the caller's process, is handed its environment as data instead)."""
+    saved, cwd = dict(os.environ), os.getcwd()
+    os.environ.clear()
+    os.environ.update(env)
     try:
         if submit_dir is not None:
             os.chdir(submit_dir)
@@ -145,9 +152,12 @@ def _queue(sub: Submission, calls: list[Callable[[], Any]], answer: Answer,
         if (sub.run_dir / RUN_FILE).is_file():
             update_record(sub.run_dir, code=snapshot.read_note(sub.run_dir))
     try:
-        local_env = sub.profile.env if sub.executor != "slurm" else {}
-        with submission_environment(sub.slurm_conf, sub.search_path(), local_env, sub.executor == "local",
-                                    sub.submit_dir, copy), holding:
+        env = task_environment(os.environ, sub.slurm_conf, sub.search_path(),
+                               sub.profile.env if sub.executor != "slurm" else {}, sub.executor == "local", copy)
+        # A debug run is this process's own (the caller's, from the Python API): its job takes the environment
+        # as data (submitit's DebugJob puts it in place while the function runs, and takes it back after).
+        here = contextlib.nullcontext() if sub.executor == "debug" else submitting_from(env, sub.submit_dir)
+        with here, holding:
             size = answer.chunk or len(calls)
             for start in range(0, len(calls), size):
                 if len(calls) > 1:
@@ -155,6 +165,11 @@ def _queue(sub: Submission, calls: list[Callable[[], Any]], answer: Answer,
                         queued = [executor.submit(call) for call in calls[start:start + size]]
                 else:
                     queued = [executor.submit(calls[0])]
+                if sub.executor == "debug":
+                    from launcher import submitit_private  # (imports submitit, as make_executor did)
+
+                    for job in queued:
+                        submitit_private.give_environment(job, env)
                 jobs += queued
                 if on_queued is not None:
                     on_queued([str(j.job_id) for j in jobs])
