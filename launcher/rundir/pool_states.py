@@ -95,9 +95,3 @@ def _ended(ts: TaskState, record: pool_claims.Record) -> None:
 def active_workers(info: RecordedRun) -> list[str]:
     """The workers still pending or running (what `cancel RUN` ends)."""
     return [j for j, w in worker_states(info).items() if w.state in ACTIVE]
-
-
-def failure_text(info: RecordedRun, task: int) -> str:
-    """The cause's traceback of a failed point, as its done record keeps it ("" if there is none)."""
-    last = pool_claims.newest(info.run_dir, task)
-    return str(last.data.get("text") or "") if last is not None and last.state == pool_claims.DONE else ""
