@@ -76,7 +76,8 @@ def check(profile: Profile, points: list[Point], run_dir: Path | None, is_sweep:
         files = snapshot.survey(Path(root), profile.snapshot_exclude, profile.snapshot_max_mb, source,
                                 skip=[Path(profile.runs_dir).expanduser().resolve()])
     checks.check_writable_folder(run_dir.parent, "profile.runs_dir", "the run folder")
-    held = _allocation(profile, len(points)) if profile.in_allocation else None
+    held = allocation.held(os.environ, len(points), profile.nodes, profile.tasks_per_node, profile.cpus_per_task,
+                           profile.gpus_per_node) if profile.in_allocation else None
     for p in points:
         checks.check_here(profile, p.job, source, p.source)
         if not profile.login:
@@ -91,17 +92,6 @@ def check(profile: Profile, points: list[Point], run_dir: Path | None, is_sweep:
                    function)
 
 
-def _allocation(profile: Profile, tasks: int) -> allocation.Allocation:
-    """The allocation this submitter runs in, checked to hold what the profile asks for (`in_allocation`)."""
-    if tasks > 1:  # one job step at a time; an array needs jobs of its own
-        raise ConfigError(f"--in-allocation (profile.in_allocation): a sweep's {tasks} tasks do not run inside an "
-                          f"allocation; submit the sweep without it (an array, or sweep_runner: pool)")
-    held = allocation.current(os.environ)
-    allocation.check(held, profile.nodes, profile.tasks_per_node, profile.cpus_per_task, profile.gpus_per_node)
-    assert held is not None
-    return held
-
-
 def dependencies(after: list[str], profile: Profile) -> list[str]:
     """Each `--after RUN[:COND]` as SLURM dependency items ("afterok:12"), every run checked."""
     for item in after:  # (`--after ''` names no run: refused, it does not drop the dependency)
@@ -110,7 +100,8 @@ def dependencies(after: list[str], profile: Profile) -> list[str]:
     items = []
     for item in after:
         run, condition = split_after(item, _names_folder(item))
-        items += dependency(_job_ids_of(run, profile.login), condition)
+        ids = _job_ids_of(run, profile.login)
+        items += dependency(ids, condition)
     return items
 
 
@@ -127,12 +118,12 @@ def _names_folder(item: str) -> bool:
 def new_run(args: argparse.Namespace) -> Checked:
     """`submit.py --profile P --job J [--set ...] [--after RUN] [--function FILE]`, resolved and checked
     here: the configuration resolved (launcher.config.resolve), then handed down to the checks once."""
-    resolved = resolve(args.profile, args.job, args.sets, wait=args.wait)
     function = None
-    if args.function is not None:
+    if args.function is not None:  # first: launcher.client writes it into a pipe, and its writer waits for us
         from launcher.config.by_value import receive
 
         function = receive(args.function)
+    resolved = resolve(args.profile, args.job, args.sets, wait=args.wait)
     return check(resolved.profile, resolved.points, None, resolved.is_sweep, resolved.profile_source, args.after,
                  job_name=resolved.job.name, function=function)
 

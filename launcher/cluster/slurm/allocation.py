@@ -82,6 +82,19 @@ def _bad(name: str, value: str, expected: str) -> ConfigError:
                        f"not {expected}; run it in the shell `salloc` gives you, with SLURM's variables as it set them")
 
 
+def held(environ: Mapping[str, str], tasks: int, nodes: int, tasks_per_node: int, cpus_per_task: int,
+         gpus_per_node: int) -> Allocation:
+    """The allocation this submitter runs in (`environ`: its variables), checked to hold a run of `tasks` task(s)
+    of the profile's shape (`in_allocation`), or one ConfigError that says why not."""
+    if tasks > 1:  # one job step at a time; an array needs jobs of its own
+        raise ConfigError(f"--in-allocation (profile.in_allocation): a sweep's {tasks} tasks do not run inside an "
+                          f"allocation; submit the sweep without it (an array, or sweep_runner: pool)")
+    alloc = current(environ)
+    check(alloc, nodes, tasks_per_node, cpus_per_task, gpus_per_node)
+    assert alloc is not None  # (check refuses None)
+    return alloc
+
+
 def check(alloc: Allocation | None, nodes: int, tasks_per_node: int, cpus_per_task: int, gpus_per_node: int) -> None:
     """The profile's request fits the allocation, or one ConfigError that says what it holds (exit 2)."""
     if alloc is None:
