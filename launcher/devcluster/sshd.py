@@ -11,6 +11,7 @@ remote home directly.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pwd
 import shutil
@@ -149,11 +150,15 @@ def make_server(root: Path, slurm_conf: Path) -> Server:
         if not (root / name).exists():
             subprocess.run([*keygen, "-f", str(root / name)], check=True)
     authorized = home / ".ssh" / "authorized_keys"
-    # Added, not replaced: another test session or benchmark may be using the account with its own key.
-    known_keys = authorized.read_text() if authorized.is_file() else ""
+    # Added, not replaced, under a lock: another test worker, session or benchmark may be adding its own
+    # key to the account at the same moment (read-then-write lost one of two keys).
     key_line = (root / "client_key.pub").read_text()
-    if key_line not in known_keys:
-        authorized.write_text(known_keys + ("" if known_keys.endswith("\n") or not known_keys else "\n") + key_line)
+    with authorized.open("a+") as keys:
+        fcntl.flock(keys, fcntl.LOCK_EX)
+        keys.seek(0)
+        known_keys = keys.read()
+        if key_line not in known_keys:
+            keys.write(("" if known_keys.endswith("\n") or not known_keys else "\n") + key_line)
     shutil.chown(authorized, USER, USER)
     authorized.chmod(0o600)
     port = _free_port()

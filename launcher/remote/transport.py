@@ -38,11 +38,11 @@ BOOT = ('import sys,importlib.util as u;m=[n for n in ("submitit","yaml") if u.f
 MAIN_BOOT = "import sys;from launcher.commands.main import main;sys.exit(main(sys.argv[1:]))"
 
 
-def preflight_script(profile: Profile, folders: tuple[str, ...]) -> str:
-    """The preflight's shell line there: markers for what is missing, then which of `folders` (relative
+def preflight_script(profile: Profile, wanted: tuple[str, ...]) -> str:
+    """The preflight's shell line there: markers for what is missing, then which of `wanted` (relative
     to remote_dir) exist, then remote_dir's absolute path (its last line)."""
     py = shlex.quote(interpreter(profile))
-    probe = "".join(f"test -d {shlex.quote(f)} && echo found:{shlex.quote(f)}; " for f in folders)
+    probe = "".join(f"test -d {shlex.quote(f)} && echo found:{shlex.quote(f)}; " for f in wanted)
     made = " ".join(f'"$D/{name}"' for name in folders.MADE_FIRST)
     return (f"D={remote_path(profile.remote_dir)}; command -v rsync >/dev/null 2>&1 || {{ echo \"{MISSING}rsync\"; "
             f"exit 3; }}; command -v {py} >/dev/null 2>&1 || {{ echo \"{MISSING}python\"; exit 3; }}; "
@@ -50,11 +50,11 @@ def preflight_script(profile: Profile, folders: tuple[str, ...]) -> str:
             f"cd \"$D\" && {{ {probe}pwd -P; }}")
 
 
-def check_cluster_side(conn: Connection, profile: Profile, folders: tuple[str, ...] = ()) -> tuple[str, set[str]]:
-    """The preflight: remote_dir as an absolute path there, and which of `folders` exist there. (Whether
+def check_cluster_side(conn: Connection, profile: Profile, wanted: tuple[str, ...] = ()) -> tuple[str, set[str]]:
+    """The preflight: remote_dir as an absolute path there, and which of `wanted` exist there. (Whether
     that Python imports submitit and yaml is asked by the submission itself, BOOT: starting one more
     Python there to import them cost 0.3-0.5 s, a third of the budget over a login node.)"""
-    done = conn.run(preflight_script(profile, folders), timeout=120)
+    done = conn.run(preflight_script(profile, wanted), timeout=120)
     if (said := connection_error(conn.login, done.returncode, done.stderr)) is not None:
         raise ConfigError(f"profile.login: {said}")
     out = done.stdout.strip().splitlines()

@@ -73,10 +73,10 @@ class SshPlan:
     def heading(self) -> str:
         """What a dry run shows first: the commands that would run, quoted as they will run."""
         conn, side = Connection(self.profile.login, control=Path("<private socket folder>")), self._side
-        folders = (*self.tool.folders(), *(self.project.folders() if self.project else ()))
+        wanted = (*self.tool.folders(), *(self.project.folders() if self.project else ()))
         lines = [f"# over SSH to {self.profile.login} (nothing connects in a dry run; remote_dir as the profile "
                  f"writes it, where the preflight finds it when it runs):",
-                 f"# 1. the preflight: {shlex.join(conn.argv(transport.preflight_script(self.profile, folders)))}"]
+                 f"# 1. the preflight: {shlex.join(conn.argv(transport.preflight_script(self.profile, wanted)))}"]
         for listing in (self.tool, self.project):
             if listing is not None:
                 partial = folders.under(side.root, folders.partial(listing.kind, listing.address, "PID"))
@@ -94,8 +94,8 @@ class SshPlan:
     def send(self, answer: preflights.Answer, as_json: bool) -> int:
         """Preflight, sync, record, ship; the cluster side's exit status."""
         conn = Connection(self.profile.login)
-        folders = (*self.tool.folders(), *(self.project.folders() if self.project else ()))
-        root, found = transport.check_cluster_side(conn, self.profile, folders)
+        wanted = (*self.tool.folders(), *(self.project.folders() if self.project else ()))
+        root, found = transport.check_cluster_side(conn, self.profile, wanted)
         local = self.local = layout.claim(self.local)
         try:
             code_dir, sent = sync.sync(conn, self.tool, found, root)
