@@ -135,9 +135,9 @@ def main() -> int:
             if args.sync_only:  # where the remote_dir is: the shipped preflight's answer
                 where = SimpleNamespace(python="", remote_dir="~/ddp-submit")
                 remote_dir = transport.check_cluster_side(Connection("mylab"), where)[0]  # type: ignore[arg-type]
-                sync = sync_unchanged(Connection("mylab"), make_repo(work / "repo", args.files, 0.0), remote_dir,
+                synced = sync_unchanged(Connection("mylab"), make_repo(work / "repo", args.files, 0.0), remote_dir,
                                       args.repeats)
-                print_sync(sync, args.repeats)
+                print_sync(synced, args.repeats)
                 return 0
             warm, first = over_ssh(laptop, env)  # opens the shared connection and syncs the code: not counted
             queued.append(first)
@@ -156,7 +156,7 @@ def main() -> int:
                 ssh_s.append(took)
                 queued.append(job)
             repo = make_repo(work / "repo", args.files, 0.0)
-            sync = sync_unchanged(Connection("mylab"), repo, remote_dir, args.repeats)
+            synced = sync_unchanged(Connection("mylab"), repo, remote_dir, args.repeats)
         finally:
             if queued:
                 server.run_remote(f"scancel {' '.join(queued)}", check=False)
@@ -168,20 +168,20 @@ def main() -> int:
     print(f"{'submit, warm connection (s)':34}{login_m:12.2f}{ssh_m:12.2f}{ssh_m - login_m:10.2f}"
           f"{ssh_m / login_m:8.2f}   (budget: at most 1 s more)")
     print(f"{'  each (s)':34}{' '.join(f'{s:.2f}' for s in login_s):>12}  {' '.join(f'{s:.2f}' for s in ssh_s)}")
-    print_sync(sync, args.repeats)
+    print_sync(synced, args.repeats)
     return 0
 
 
-def print_sync(sync: dict[str, float], repeats: int) -> None:
-    print(f"\n2. syncing a {sync['files']}-file project (medians of {repeats})")
+def print_sync(synced: dict[str, float], repeats: int) -> None:
+    print(f"\n2. syncing a {synced['files']}-file project (medians of {repeats})")
     print(f"{'':44}{'seconds':>10}{'sent':>8}{'of budget':>11}")
-    print(f"{'first sync (cold: nothing there yet)':44}{sync['cold_s']:10.3f}{sync['cold_sent']:8d}")
-    print(f"{'unchanged (hash from stat + one check)':44}{sync['unchanged_s']:10.3f}{sync['sent']:8d}"
-          f"{sync['unchanged_s'] / 0.5:11.2f}   (budget: at most 0.5 s)")
-    print(f"{'  of which the content hash':44}{sync['hash_s']:10.3f}")
-    print(f"{'  (the hash with an lstat per file of its own)':44}{sync['stat_s']:10.3f}")
-    print(f"{'one file edited (--copy-dest: the rest copied)':44}{sync['one_s']:10.3f}{sync['one_sent']:8d}")
-    print(f"{'(the snapshot listing, for scale)':44}{sync['listing_s']:10.3f}")
+    print(f"{'first sync (cold: nothing there yet)':44}{synced['cold_s']:10.3f}{synced['cold_sent']:8d}")
+    print(f"{'unchanged (hash from stat + one check)':44}{synced['unchanged_s']:10.3f}{synced['sent']:8d}"
+          f"{synced['unchanged_s'] / 0.5:11.2f}   (budget: at most 0.5 s)")
+    print(f"{'  of which the content hash':44}{synced['hash_s']:10.3f}")
+    print(f"{'  (the hash with an lstat per file of its own)':44}{synced['stat_s']:10.3f}")
+    print(f"{'one file edited (--copy-dest: the rest copied)':44}{synced['one_s']:10.3f}{synced['one_sent']:8d}")
+    print(f"{'(the snapshot listing, for scale)':44}{synced['listing_s']:10.3f}")
 
 
 if __name__ == "__main__":

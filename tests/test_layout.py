@@ -185,6 +185,35 @@ def test_no_two_modules_share_a_name() -> None:
     assert {name: paths for name, paths in names.items() if len(paths) > 1} == {}
 
 
+def hidden_imports(path: Path) -> list[str]:
+    """Names a function of `path` binds (a parameter, an assignment, a loop) that its module imports."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    imported = {(alias.asname or alias.name).split(".")[0] for node in tree.body
+                if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names}
+    found = set()
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        name = (node.arg if isinstance(node, ast.arg) else
+                node.id if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) else None)
+        if in_function and name in imported:
+            found.add(f"{path.relative_to(ROOT)}:{node.lineno}: {name}")
+        inner = in_function or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+        for child in ast.iter_child_nodes(node):
+            visit(child, inner)
+
+    visit(tree, False)
+    return sorted(found)
+
+
+def test_no_function_hides_a_module_its_file_imports() -> None:
+    """A local named like an imported module hides it in the whole function: after a module rename
+    (remote/layout -> folders), `folders.MADE_FIRST` in a function whose parameter was already called
+    `folders` broke every submission over SSH, and only the SSH tests could tell."""
+    files = [*modules().values(), *ROOT.glob("tests/**/*.py"), *ROOT.glob("benchmarks/**/*.py"),
+             *ROOT.glob("examples/**/*.py")]
+    assert [hit for path in files for hit in hidden_imports(path)] == []
+
+
 MAX_FLOORS = 5
 
 

@@ -87,8 +87,8 @@ def test_sweep_over_config_lr_and_resume_reruns_only_the_failed_point(slurm_clus
     assert "running sweep tiny-sweep: 1 task(s)" in resumed.stdout
     for task, mtime in untouched.items():
         assert (run_dir / f"task-{task:04d}" / "metrics.jsonl").stat().st_mtime_ns == mtime
-    events = [json.loads(line) for line in (run_dir / "task-0002" / "events.jsonl").read_text().splitlines()]
-    assert [e["step"] for e in events if e["event"] == "resumed"] == [20]
+    said = [json.loads(line) for line in (run_dir / "task-0002" / "events.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in said if e["event"] == "resumed"] == [20]
     rows = list(csv_rows(run_dir))
     assert [r["state"] for r in rows] == ["completed"] * 3 and all(float(r["accuracy"]) > 0.8 for r in rows)
     # MLflow (file store beside the run folders): one group of 3 runs, tagged with the sweep, the swept key a

@@ -35,13 +35,13 @@ class Point:
     tracker: TrackerConfig = field(default_factory=TrackerConfig)
 
 
-def point(profile: Profile, task: int, job: JobConfig, overrides: dict[str, Any] | None = None, source: str = "",
+def point(profile: Profile, task: int, job: JobConfig, changes: dict[str, Any] | None = None, source: str = "",
           runs_dir: str | None = None, here: bool = True) -> Point:
     """Task `task` running `job` with `profile`, its run folder under `runs_dir` (default: the profile's).
     `here`: the paths are this machine's; else the cluster side's over SSH (launcher.remote.cluster_side)."""
     places = task_places(job, profile.data_dir, profile.tracker, profile.runs_dir if runs_dir is None else runs_dir,
                          here)
-    return Point(task, job, dict(overrides or {}), source, *places)
+    return Point(task, job, dict(changes or {}), source, *places)
 
 
 @dataclass
