@@ -185,9 +185,14 @@ def test_no_two_modules_share_a_name() -> None:
     assert {name: paths for name, paths in names.items() if len(paths) > 1} == {}
 
 
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
 def hidden_imports(path: Path) -> list[str]:
     """Names a function of `path` binds (a parameter, an assignment, a loop) that its module imports."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = parsed(path)
     imported = {(alias.asname or alias.name).split(".")[0] for node in tree.body
                 if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names}
     found = set()
@@ -212,6 +217,18 @@ def test_no_function_hides_a_module_its_file_imports() -> None:
     files = [*modules().values(), *ROOT.glob("tests/**/*.py"), *ROOT.glob("benchmarks/**/*.py"),
              *ROOT.glob("examples/**/*.py")]
     assert [hit for path in files for hit in hidden_imports(path)] == []
+
+
+MAX_FUNCTION_LINES = 80
+
+
+def test_no_function_is_longer_than_a_screen_and_a_half() -> None:
+    """A function is read whole: past 80 lines it holds more than one decision (profile.__post_init__ was 93)."""
+    files = [*modules().values(), *ROOT.glob("benchmarks/**/*.py"), *ROOT.glob("examples/**/*.py")]
+    long = [f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({lines} lines)" for path in files
+            for node in ast.walk(parsed(path)) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and (lines := (node.end_lineno or node.lineno) - node.lineno + 1) > MAX_FUNCTION_LINES]
+    assert long == []
 
 
 MAX_FLOORS = 5
