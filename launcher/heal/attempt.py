@@ -87,11 +87,15 @@ def _lost_nodes(here: Here, previous: dict[str, Any]) -> None:
         return
     down = requeue.still_down(nodes, here.env)
     if not down:  # back already (ReturnToService): the node whose ranks ended without a word
-        ends, first = facts.rank_ends(here.root, here.job, here.environ, previous,
+        # The previous attempt's ranks ran on the nodes SLURM lost it on, not on this attempt's (a rank
+        # that died before writing where it ran is placed by that list), and only those can be blamed.
+        # (SLURM may name none: "None assigned".)
+        then = {**here.environ, "SLURM_JOB_NODELIST": ",".join(nodes)} if nodes else here.environ
+        ends, first = facts.rank_ends(here.root, here.job, then, previous,
                                       {k: int(v) for k, v in (facts.read_marks(
                                           facts.marks_path(here.root, here.job)).get("sizes") or {}).items()})
         verdict = fault_origin.classify(ends, list(here.policy.patterns), first_dead=first)
-        down = list(verdict.nodes) if verdict.origin == "node" else []
+        down = [n for n in verdict.nodes if n in nodes or not nodes] if verdict.origin == "node" else []
     verdict = Verdict("node", None, f"SLURM lost node(s) {', '.join(down) or '?'} (NODE_FAIL)", tuple(down),
                       evidence="NODE_FAIL")
     left = here.leave_out(verdict, verdict.error)
