@@ -37,8 +37,9 @@ ALLOWED: dict[str, set[str]] = {
                       "trainer.distributed", "trainer.rank", "trainer.runners"},
     "launcher.heal": {"launcher.rundir", "launcher.cluster", "launcher.reports", "trainer.config", "trainer.distributed",
                       "trainer.rank"},  # the batch script's retry step (`python -m launcher.heal`)
-    "launcher.cluster": {"launcher.reports", "trainer.config", "trainer.distributed"},
-    "launcher.config": {"launcher.reports", "trainer.config", "trainer.runners", "trainer.distributed"},
+    # (the schedulers and the configuration read nothing the nodes leave: reports/ stands beside them)
+    "launcher.cluster": {"trainer.config", "trainer.distributed"},
+    "launcher.config": {"trainer.config", "trainer.runners", "trainer.distributed"},
     "launcher.submitit_private": set(),
     "launcher.filestamp": set(),  # "unchanged since last time": the snapshot's links and the SSH sync
     # what nodes and ranks leave for the submitter and the retry step, and what a failure means

@@ -21,8 +21,7 @@ Failure = tuple[int, str, str]  # (rank, one-line error, full text)
 
 
 def last_line(text: str | bytes | None, default: str = "") -> str:
-    """The last non-blank line: a traceback's exception, a SLURM command's conclusion
-    ("Unable to contact slurm controller")."""
+    """The last non-blank line: a traceback's exception, a command's conclusion."""
     if isinstance(text, bytes):
         text = text.decode(errors="replace")
     lines = [line.strip() for line in (text or "").splitlines() if line.strip()]

@@ -14,7 +14,7 @@ import os
 import pwd
 import subprocess
 
-from launcher.reports.root_cause import last_line
+from launcher.cluster.slurm.controller import conclusion
 from trainer.config.schema import ConfigError
 
 TIMEOUT_S = 15.0
@@ -37,7 +37,7 @@ def _run(argv: list[str], env: dict[str, str], source: str) -> str:
                           f"{err})") from None
     if proc.returncode != 0:
         raise ConfigError(f"{source}: cannot ask the controller how full its queue is (`{' '.join(argv)}` said: "
-                          f"{last_line(proc.stderr) or proc.returncode})")
+                          f"{conclusion(proc.stderr) or proc.returncode})")
     return proc.stdout
 
 

@@ -34,6 +34,15 @@ PATIENCE_S = 900.0
 FIRST_DELAY_S, MOST_DELAY_S = 2.0, 30.0
 
 
+def conclusion(text: str | bytes | None, default: str = "") -> str:
+    """What a SLURM command concluded: the last non-blank line it printed ("Unable to contact slurm
+    controller", sbatch's refusal). (launcher.reports.root_cause.last_line reads a traceback's the same way;
+    the scheduler wing keeps its own so that it reads nothing of what the nodes leave.)"""
+    if isinstance(text, bytes):
+        text = text.decode(errors="replace")
+    return next((line.strip() for line in reversed((text or "").splitlines()) if line.strip()), default)
+
+
 class Unreachable(Exception):
     """The controller did not answer (the message: the client's own line saying so)."""
 

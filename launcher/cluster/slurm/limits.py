@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import Protocol
 from pathlib import Path
 
-from launcher.reports.root_cause import last_line
 from launcher.cluster.preflights import Answer
 from launcher.cluster.slurm import capacity, gres, release
+from launcher.cluster.slurm.controller import conclusion
 from launcher.cluster.slurm.env import slurm_env
 from launcher.cluster.slurm.sbatch import SlurmRequest
 from trainer.config.schema import ConfigError
@@ -79,11 +79,11 @@ def run_scontrol(args: list[str], env: dict[str, str], source: str) -> str:
                                f"PATH; submit from a machine with SLURM (e.g. a login node) or use the local "
                                f"profile") from None
     except subprocess.TimeoutExpired as err:
-        said = last_line(err.stderr)
+        said = conclusion(err.stderr)
         raise SlurmUnavailable(f"{source}: {where} did not answer `{' '.join(command)}` within {TIMEOUT_S:g} s"
                                + (f" ({said})" if said else "") + "; is slurmctld running?") from None
     if proc.returncode != 0:
-        said = last_line(proc.stderr) or last_line(proc.stdout) or f"exit status {proc.returncode}"
+        said = conclusion(proc.stderr) or conclusion(proc.stdout) or f"exit status {proc.returncode}"
         raise SlurmUnavailable(f"{source}: cannot query {where}: `{' '.join(command)}` said: {said}")
     return proc.stdout
 

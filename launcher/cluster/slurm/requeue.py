@@ -16,9 +16,9 @@ import subprocess
 import time
 from collections.abc import Callable
 
-from launcher.reports.root_cause import last_line
 from launcher.cluster.jobids import expand_array_id
 from launcher.cluster.slurm.accounting import sacct
+from launcher.cluster.slurm.controller import conclusion
 from launcher.cluster.slurm.limits import Partition, fitting_nodes, parse_partitions, parse_record, parse_records
 from launcher.cluster.slurm.healing import RetryPolicy
 from trainer.distributed import hostlist
@@ -65,7 +65,7 @@ def requeue_without(job_id: str, nodes: list[str], env: dict[str, str], run: Run
     before = show_job(job_id, env, run)
     code, _, err = run(["requeue", job_id], env)
     if code != 0:
-        return f"scontrol requeue {job_id} failed: {last_line(err) or f'exit status {code}'}"
+        return f"scontrol requeue {job_id} failed: {conclusion(err) or f'exit status {code}'}"
     problem = leave_out_while_pending(job_id, before, nodes, env, run)
     return f"requeued, but {problem}" if problem else ""
 
@@ -79,7 +79,7 @@ def leave_out_while_pending(job_id: str, record: dict[str, str], nodes: list[str
         return ""
     code, _, err = run(["update", f"jobid={job_id}", f"excnodelist={','.join(leave_out)}"], env)
     if code != 0:
-        return (f"leaving out {','.join(leave_out)} failed: {last_line(err) or f'exit status {code}'}"
+        return (f"leaving out {','.join(leave_out)} failed: {conclusion(err) or f'exit status {code}'}"
                 f" (the next attempt checks its nodes again before it starts)")
     return ""
 

@@ -11,7 +11,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 
-from launcher.reports.root_cause import last_line
+from launcher.cluster.slurm.controller import conclusion
 from trainer.distributed import hostlist
 
 # sbatch: Job 655 to start at 2026-12-02T06:52:54 using 2 processors on nodes cpu[1-2] in partition cpu
@@ -47,7 +47,7 @@ def parse(said: str, code: int = 0) -> Estimate:
     that reaches the table (an error line included) carries a control character to the user's terminal."""
     found = re.search(_ESTIMATE, said)
     if found is None:
-        return Estimate(error=_printable(last_line(said, f"sbatch --test-only exited {code}").removeprefix("sbatch: ")))
+        return Estimate(error=_printable(conclusion(said, f"sbatch --test-only exited {code}").removeprefix("sbatch: ")))
     nodes, partition = found.group("nodes"), found.group("partition")
     try:
         hostlist.expand(nodes)
