@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from launcher import devcluster as dev_cluster
+from tests import schedule
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -27,59 +28,6 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
-# tests/run_all.sh runs two workers (--dist loadgroup): each takes a whole work unit at a time (a file,
-# whose module fixtures and runs stay on one worker, or the group below), the next one in this order.
-#
-# SLURM_WAITS: files whose time is mostly waiting on SLURM (requeue delays, a node declared lost, a
-# controller that does not answer, a sweep's tasks in turn), one unit, first. One worker takes them
-# one after another, so that two of them never wait side by side while the CPUs idle (a quiet pass
-# at ada4c2f: 14% of the CPU time idle, up to 44% in a minute when two of these ran together); the
-# other worker fills their waits with the CPU-bound files. Seconds: CI's --durations on a quiet
-# 2-core machine, fixtures and calls summed.
-SLURM_WAITS = (
-    "test_self_healing.py",  # 240
-    "test_requeue_slurm.py",  # 185
-    "test_sweep.py",  # 155
-    "test_pool.py",  # 145
-    "test_user_code_slurm.py",  # 135
-    "test_node_failure.py",  # 130
-    "test_slurm_submit.py",  # 125
-    "test_notebook_slurm.py",  # 75
-    "test_controller_unreachable.py",  # 45
-)
-# And single tests of other files that mostly wait on SLURM (none uses its file's module fixtures, which
-# would otherwise be set up on both workers): in the same group, after those files.
-SLURM_WAIT_TESTS = (
-    "test_script_jobs.py::test_init_script_on_two_dev_cluster_nodes_preempted_requeues_and_resumes_bitwise_identical",
-    "test_script_jobs.py::test_plain_script_on_two_dev_cluster_nodes_preempted_is_requeued_and_completes",
-    "test_snapshot.py::test_dev_cluster_job_edited_while_pending_and_requeued_runs_the_submitted_code",
-)
-WAITS_GROUP = "slurm-waits"
-# Then the files that take longest, the slowest first (--no-loadscope-reorder: xdist would otherwise
-# start the units with the most tests first, the quick unit tests, and leave these one-to-three-test
-# files of minutes each for the end, one worker idle).
-HEAVY_FIRST = (
-    "test_torchrun_launch.py",  # 185 (its fixture: 8 SLURM jobs at once, while the cluster is free)
-    "test_script_jobs.py",  # 400
-    "test_exact_resume.py",  # 135
-    "test_notebook.py",  # 130 (one kernel, its runs side by side)
-    "test_failfast.py",  # 120 (its local sweep: 16 s alone, 240 s beside the torchrun sweep)
-    "test_snapshot.py",  # 120
-    "test_user_code.py",  # 115
-    "test_local_runs.py",  # 50
-    "test_user_api.py",  # 70
-    "test_thirdparty.py",  # 60
-    "test_launcher_layout.py",  # 45
-    "test_private_run_folders.py",  # 40
-)
-# Files that never reach SLURM, run by tests/run_all.sh beside the controller_outage tests (which stop
-# slurmctld for a minute and so run after every other SLURM test) instead of in the main pass: that
-# minute is then not a minute of an idle machine. About 90 s and 110 CPU s of local runs (its run takes ~30 CPU s).
-BESIDE_OUTAGE = (
-    "test_broken_run_folders.py",
-    "test_progress.py",
-    "test_training_semantics.py",
-)
 CLUSTER_FIXTURES = ("slurm_cluster", "ssh_login")
 # The SLURM-facing core: what tests/run_all.sh runs again on the release the whole suite does not run on (Debian
 # 12's 22.05, the oldest supported; the whole suite runs on 24.11). A file, or one test of a file. What each
@@ -109,41 +57,54 @@ SLURM_CORE = (
     "test_remote.py::test_digits_trains_on_two_nodes_through_the_login",
     "test_remote.py::test_status_logs_and_list_from_the_laptop",
 )
-# The files whose tests carry the controller_outage marker (tests/test_suite_order.py checks it).
-OUTAGE_FILES = ("test_controller_restart.py",)
-# (test_clean_exit.py, 80 s, is left for later on purpose: its 8 jobs at once start 16 ranks, which
-# starved the files beside it at the start, a time-limit test among them.)
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the xdist_group marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """SLURM_WAITS's files first as one xdist group, then HEAVY_FIRST's, then the rest as collected (a
-    stable sort keeps each file's own order); every other file is a group of its own."""
-    rank = {name: i for i, name in enumerate(SLURM_WAITS + SLURM_WAIT_TESTS + HEAVY_FIRST)}
-
-    def place(item: pytest.Item) -> int:
-        return rank.get(f"{item.path.name}::{item.name}", rank.get(item.path.name, len(rank)))
-
-    items.sort(key=place)
+    """The work units in tests/schedule.py's order (a stable sort keeps each file's own order); the
+    files that mostly wait on SLURM are one xdist group, every other file a group of its own."""
+    key = schedule.order_key(schedule.recorded())
+    items.sort(key=lambda item: key(schedule.unit(item.path.name, item.originalname)))
     core = set(SLURM_CORE)
     for item in items:
         if item.path.name in core or f"{item.path.name}::{item.originalname}" in core:
             item.add_marker(pytest.mark.slurm_core)
-        waits = place(item) < len(SLURM_WAITS) + len(SLURM_WAIT_TESTS)
-        item.add_marker(pytest.mark.xdist_group(WAITS_GROUP if waits else item.path.name))
-        if item.path.name in BESIDE_OUTAGE:
+        waits = schedule.in_waits_group(schedule.unit(item.path.name, item.originalname))
+        item.add_marker(pytest.mark.xdist_group(schedule.WAITS_GROUP if waits else item.path.name))
+        if item.path.name in schedule.BESIDE_OUTAGE:
             reached = [name for name in CLUSTER_FIXTURES if name in getattr(item, "fixturenames", ())]
             if reached:  # it would meet the stopped controller
                 raise pytest.UsageError(f"{item.nodeid} uses {reached[0]}: take its file out of "
-                                        "tests/conftest.py's BESIDE_OUTAGE")
+                                        "tests/schedule.py's BESIDE_OUTAGE")
             item.add_marker(pytest.mark.beside_outage)
+
+
+# `--record-durations`: seconds per work unit, summed here (in the xdist controller, which sees every
+# worker's reports) and merged into tests/durations.json at the end.
+_measured: dict[str, float] = {}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--record-durations", action="store_true",
+                     help="merge this run's seconds per test file into tests/durations.json (tests/schedule.py)")
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    name = schedule.unit_of(report.nodeid)
+    _measured[name] = _measured.get(name, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if session.config.getoption("record_durations") and not hasattr(session.config, "workerinput") and _measured:
+        schedule.write(_measured)
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
     """tests/run_all.sh's two pytests after the main pass select one marker each: they import only the
     files that hold it. (Importing every test file takes each of them seconds of CPU, and those seconds
     come between the main pass and the outage test, while nothing else runs.)"""
-    only = {"controller_outage": OUTAGE_FILES, "beside_outage": BESIDE_OUTAGE}.get(config.getoption("markexpr"))
+    only = {"controller_outage": schedule.OUTAGE_FILES,
+            "beside_outage": schedule.BESIDE_OUTAGE}.get(config.getoption("markexpr"))
     if only is None or not collection_path.name.startswith("test_") or collection_path.suffix != ".py":
         return None
     return True if collection_path.name not in only else None

@@ -37,7 +37,7 @@ def job(folder: Path) -> str:
     """Trains until `folder`/controller-back exists (a step every 50 ms or so; a checkpoint every 20 steps). A
     run that trained a fixed number of epochs had to be tuned to the machine, and on a fast one would end
     before the controller came back. (At a step every 10 ms its 4 ranks took 80 CPU s of the 90 s; the local
-    test files that run beside this one, tests/conftest.py's BESIDE_OUTAGE, need them.)"""
+    test files that run beside this one, tests/schedule.py's BESIDE_OUTAGE, need them.)"""
     return (f"name: controller-restart\nentrypoint: tests.userpkg.tiny:train\ncheckpoint_every_steps: 20\n"
             f"config:\n  epochs: 1000000\n  step_sleep_s: 0.05\n  until_file: {folder / 'controller-back'}\n")
 
