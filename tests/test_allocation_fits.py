@@ -63,6 +63,7 @@ def test_node_and_cpu_counts_from_either_name_and_largest_first(more: dict[str, 
 @pytest.mark.parametrize("more, gpus", [
     ({"SLURM_GPUS_PER_NODE": "2"}, 2),
     ({"SLURM_GPUS_PER_NODE": "a100:4"}, 4),
+    ({"SLURM_GPUS_PER_NODE": "gpu:a100:4"}, 4),  # type and count after GRES's name: the count is the last part
     ({"SLURM_GPUS_ON_NODE": "3"}, 3),
     ({"SLURM_GPUS_PER_NODE": "2", "SLURM_GPUS_ON_NODE": "1"}, 2),
     ({"SLURM_JOB_GPUS": "0,1,2"}, 3),
@@ -74,12 +75,22 @@ def test_gpus_per_node_from_whichever_variable_slurm_set(more: dict[str, str], g
     assert alloc is not None and alloc.gpus_per_node == gpus
 
 
-@pytest.mark.parametrize("name, value", [("SLURM_JOB_NUM_NODES", "0"), ("SLURM_JOB_NUM_NODES", str(2**31)),
-                                         ("SLURM_JOB_CPUS_PER_NODE", "4(x2"), ("SLURM_JOB_ID", "12.0")])
-def test_a_count_out_of_range_or_malformed_is_refused_naming_the_variable(name: str, value: str) -> None:
+@pytest.mark.parametrize("name, value, expected", [
+    ("SLURM_JOB_NUM_NODES", "0", "a node count (a whole number from 1)"),
+    ("SLURM_JOB_NUM_NODES", str(2**31), "a node count (a whole number from 1)"),
+    ("SLURM_JOB_CPUS_PER_NODE", "4(x2", "CPU counts per node as SLURM writes them (e.g. 4(x2),2)"),
+    ("SLURM_JOB_ID", "12.0", "a SLURM job id (digits)")])
+def test_a_count_out_of_range_or_malformed_is_refused_naming_the_variable(name: str, value: str, expected: str) -> None:
     with pytest.raises(ConfigError) as refused:
         allocation.current({**SALLOC, name: value})
-    assert str(refused.value).startswith(f"--in-allocation (profile.in_allocation): {name}={value!r} ")
+    assert str(refused.value) == (f"--in-allocation (profile.in_allocation): {name}={value!r} in this shell's "
+                                  f"environment is not {expected}; run it in the shell `salloc` gives you, with "
+                                  "SLURM's variables as it set them")
+
+
+def test_an_allocation_whose_shell_lacks_the_node_list_or_cpu_counts_is_still_read() -> None:
+    bare = {"SLURM_JOB_ID": "4711", "SLURM_JOB_NUM_NODES": "2"}
+    assert allocation.current(bare) == Allocation("4711", 2, [0, 0], None, "", bare)
 
 
 def test_the_largest_node_count_slurm_can_write_is_taken() -> None:
@@ -87,9 +98,12 @@ def test_the_largest_node_count_slurm_can_write_is_taken() -> None:
     assert alloc is not None and alloc.nodes == 2**31 - 1
 
 
-def test_a_value_too_long_to_show_is_cut() -> None:
-    with pytest.raises(ConfigError, match=r"SLURM_JOB_ID='1{56}x\.\.\.' in this shell"):
-        allocation.current({**SALLOC, "SLURM_JOB_ID": "1" * 56 + "x" * 10})
+@pytest.mark.parametrize("value, shown", [("1" * 59 + "x", "1" * 59 + "x"), ("1" * 60 + "x", "1" * 57 + "..."),
+                                          ("1" * 56 + "x" * 10, "1" * 56 + "x...")])
+def test_a_value_too_long_to_show_is_cut_past_60_characters(value: str, shown: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        allocation.current({**SALLOC, "SLURM_JOB_ID": value})
+    assert f"SLURM_JOB_ID={shown!r} in this shell" in str(refused.value)
 
 
 HELD = Allocation("4711", 2, [8, 4], 2, "cpu[1-2]")
@@ -127,8 +141,13 @@ def test_an_allocation_without_gpus_or_a_nodelist_says_so() -> None:
 
 
 def test_outside_an_allocation_or_for_a_sweep_nothing_is_held() -> None:
-    with pytest.raises(ConfigError, match=r"this shell is not inside a SLURM allocation \(SLURM_JOB_ID is not set\)"):
+    with pytest.raises(ConfigError) as refused:
         allocation.held({}, tasks=1, nodes=1, tasks_per_node=1, cpus_per_task=1, gpus_per_node=0)
+    assert str(refused.value) == ("--in-allocation (profile.in_allocation): this shell is not inside a SLURM "
+                                  "allocation (SLURM_JOB_ID is not set); run it in the shell `salloc -N NODES` gives "
+                                  "you, or drop it to queue a job of its own")
+    with pytest.raises(ConfigError, match=r"profile.gpus_per_node: 1 GPU\(s\) per node, but the allocation 4711"):
+        allocation.held(SALLOC, tasks=1, nodes=1, tasks_per_node=1, cpus_per_task=1, gpus_per_node=1)
     with pytest.raises(ConfigError, match=r"a sweep's 2 tasks do not run inside an allocation"):
         allocation.held(SALLOC, tasks=2, nodes=1, tasks_per_node=1, cpus_per_task=1, gpus_per_node=0)
 
