@@ -34,6 +34,8 @@ NOT_RUN = {
         "needs an ssh login to a cluster (tests/test_remote.py runs it through a local sshd)",
     "salloc -N 2 python submit.py --profile dev-cluster --in-allocation":
         "holds 2 of the shared dev cluster's nodes for the run (tests/test_in_allocation.py runs it inside salloc -N 2)",
+    "python submit.py diff RUN_A RUN_B": "RUN_A and RUN_B stand for two of the reader's runs (tests/test_signature.py "
+                                         "runs diff on two runs' records, as a user calls it)",
 }
 # Commands that run on this machine, each with something a user would see in its output.
 LOCAL = {

@@ -93,7 +93,7 @@ def answers_or_one_error(code: int, err: str, record: str, key: str) -> None:
 
 
 COMMANDS = [["status"], ["status", "--json"], ["logs", "--task", "1"], ["list"], ["--resume", "--dry-run"],
-            ["cancel"]]
+            ["cancel"], ["diff", "{healthy}"]]
 
 
 @pytest.fixture(scope="module")
@@ -112,8 +112,8 @@ def test_no_command_gives_a_traceback_on_a_field_of_any_shape(runs: Path, capsys
     make_run(healthy)
     record, key, _ = mutation
     for command in COMMANDS:
-        argv = ([command[0], str(broken), *command[1:]] if command[0] != "list"
-                else ["list", "--runs-dir", str(runs)])
+        argv = ([command[0], str(broken), *[c.replace("{healthy}", str(healthy)) for c in command[1:]]]
+                if command[0] != "list" else ["list", "--runs-dir", str(runs)])
         started = time.monotonic()
         code, out, err = call(argv, capsys)
         assert time.monotonic() - started < 60, f"{argv} took too long (a record that makes a command loop?)"

@@ -124,7 +124,7 @@ def test_help_and_every_subcommand_without_torch(venv: Path, empty: Path) -> Non
     imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time")}
     assert "launcher.commands.main" in imported
     assert not {m for m in imported if m.split(".")[0] in ("torch", "submitit", "matplotlib")}
-    for sub in ("status", "logs", "cancel", "list", "probe", "list-profiles", "list-jobs", "show"):
+    for sub in ("status", "logs", "cancel", "list", "diff", "probe", "list-profiles", "list-jobs", "show"):
         proc = command(venv, [sub, "--help"], empty)
         assert proc.returncode == 0 and f"usage: ddp-submit {sub}" in proc.stdout, (sub, proc.stderr)
 

@@ -114,6 +114,11 @@ class Run:
         sweep: running while any point runs)."""
         return str(self.status()[0]["run_state"])
 
+    @property
+    def signature(self) -> str:
+        """What the run is: a hash of what decides its result (docs/signatures.md), as `status` shows it."""
+        return str(self.status()[0]["run_signature"])
+
     def logs(self, rank: int = 0, task: int = 0, err: bool = False) -> str:
         """That rank's log (standard output; `err=True`: standard error), as `submit.py logs` prints it."""
         args = ["logs", str(self.run_dir), "--task", str(task), "--rank", str(rank)] + (["--err"] if err else [])
@@ -161,6 +166,10 @@ class Sweep(Run):
     def states(self) -> list[str]:
         """Each point's state, in point order."""
         return [s["state"] for s in self.status()]
+
+    def signatures(self) -> list[str]:
+        """Each point's signature, in point order (`signature`: the sweep's, made of these)."""
+        return [str(s["signature"]) for s in self.status()]
 
     def results(self, timeout: float | None = None, failed: str = "raise") -> list[dict[str, Any] | None]:
         """Waits for every point; their metrics in point order. A failed point raises RunFailed (naming it),

@@ -98,12 +98,15 @@ def attach(run: str | Path | Run, profile: str = "local", runs_dir: str | Path |
 
 
 def runs(profile: str = "local", runs_dir: str | Path | None = None, n: int = 20,
-         cwd: str | Path | None = None) -> list[dict[str, Any]]:
+         cwd: str | Path | None = None, signature: str | None = None) -> list[dict[str, Any]]:
     """Recent runs, newest first, as `submit.py list --json` gives them: run, run_dir, profile, job,
-    executor, tasks, created, state, target_metric, best. `attach(row["run_dir"])` gives a handle."""
+    executor, tasks, created, state, target_metric, best, signature. `attach(row["run_dir"])` gives a handle.
+    `signature`: only the runs with it (a handle's `signature`: the same job, config, shape, code, interpreter)."""
     _expect("profile", profile, (str, os.PathLike), "a profile name or file")
     _expect("n", n, (int,), "a number of runs")
-    where = ["--profile", str(profile), *(["--runs-dir", str(runs_dir)] if runs_dir is not None else [])]
+    _expect("signature", signature, (str, type(None)), "a signature as status shows it")
+    where = ["--profile", str(profile), *(["--runs-dir", str(runs_dir)] if runs_dir is not None else []),
+             *(["--signature", signature] if signature is not None else [])]
     done = Run(_workdir(cwd), str(profile))._cli("list", "-n", str(n), "--json", *where)
     if done.returncode != 0:
         errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]

@@ -1,5 +1,5 @@
 """The command line's verbs, one module per family: `main` (parsing and dispatch), `submit` (a new run,
 its `--dry-run` and `--wait`: the one path every submission takes), `resume`, `operate` (`status`,
-`logs`), `cancel`, `recent` (`list`), `watch`, `probe`, `when` (`--when`), `catalog` (`list-profiles`, `list-jobs`,
+`logs`), `cancel`, `recent` (`list`), `diff` (what differs between two runs), `watch`, `probe`, `when` (`--when`), `catalog` (`list-profiles`, `list-jobs`,
 `show`) and `receive` (the cluster side of a submission over SSH); `console` is their own helper
 (console output and exit codes). Only `submit.py` (and `launcher/__main__.py`) imports this wing."""

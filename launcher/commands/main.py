@@ -2,7 +2,7 @@
 
     submit.py [--profile P] [--job J] [--set K=V ...] [--dry-run] [--json] [--wait] [--after RUN[:COND] ...]
     submit.py --resume RUN [--set K=V ...] [--dry-run] [--json] [--wait]
-    submit.py status|logs|cancel|watch|list|probe|list-profiles|list-jobs|show ...
+    submit.py status|logs|cancel|watch|list|diff|probe|list-profiles|list-jobs|show ...
     (installed: the same as `ddp-submit ...`)
 
 A command on one run (a RUN argument: its parser's `run`, or `--resume RUN`) whose RUN is the local
@@ -30,7 +30,7 @@ from trainer.config.schema import ConfigError
 COMMANDS = {
     "status": "operate:status", "logs": "operate:logs", "cancel": "cancel:cancel", "list": "recent:list_runs",
     "probe": "probe:probe", "list-profiles": "catalog:list_profiles", "list-jobs": "catalog:list_jobs",
-    "show": "catalog:show", "watch": "watch:watch", "receive": "receive:receive",
+    "show": "catalog:show", "watch": "watch:watch", "receive": "receive:receive", "diff": "diff:diff",
 }
 SUBMIT, RESUME = "submit:submit_new_run", "resume:resume"
 
@@ -52,7 +52,8 @@ def submit_parser() -> ArgumentParser:
         # `ddp-submit` installed, `submit.py` in the checkout: argparse names the program as it was started.
         description="Run a training job on a cluster profile: locally with N processes, in-process for "
                     "debugging, or on SLURM (single runs and job-array sweeps).",
-        epilog="Other commands: status [RUN] | watch [RUN] | logs RUN | cancel RUN | list | probe | list-profiles | "
+        epilog="Other commands: status [RUN] | watch [RUN] | logs RUN | cancel RUN | list | diff RUN_A RUN_B | probe | "
+               "list-profiles | "
                "list-jobs | show  (each has --help). Profiles and jobs are found by path, in ./cluster_profiles and ./jobs, "
                "in the user folder ($DDP_SUBMIT_CONFIG_DIR, else $XDG_CONFIG_HOME/ddp-submit or "
                "~/.config/ddp-submit), then among the shipped ones.",

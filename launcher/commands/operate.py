@@ -85,7 +85,9 @@ def status(args: argparse.Namespace) -> int:
             for ts in states:
                 causes = restarts.read(ts.task_dir).by_cause() if ts.restarts else {}
                 print(json.dumps({**ts.as_json(), "cost": costs.get(ts.task), "restart_causes": causes,
-                                  "excluded_nodes": left_out, "run_state": overall}, default=str), flush=True)
+                                  "excluded_nodes": left_out, "run_state": overall,
+                                  "signature": info.task_signature(ts.task) or None,
+                                  "run_signature": info.signature or None}, default=str), flush=True)
         else:
             print(_status_text(info, states, summary, costs), flush=True)
     except BrokenPipeError:  # `status --json | head -1`: the reader has what it wanted
@@ -137,6 +139,8 @@ def _status_text(info: RecordedRun, states: list[TaskState], summary: dict[str, 
                      + (f"waiting: {waiting_text(ts)}" if ts.waiting else "") + broken])
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     lines = [head] + ["  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1] for r in rows]
+    if info.signature:
+        lines.append(f"signature: {info.signature}" + (" (each point's: status --json)" if info.is_sweep else ""))
     if summary and summary.get("summary_csv"):
         lines.append(f"summary: {relative(Path(summary['summary_csv']))} (and summary.md, summary.png)")
     if summary and summary.get("curves_left"):

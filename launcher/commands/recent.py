@@ -14,8 +14,10 @@ from launcher.commands.console import EXIT_OK, ArgumentParser
 from launcher.commands.operate import add_runs_dir_arguments
 from launcher.config.resolve import runs_dir
 from launcher.remote import ssh_record as remote_record
-from launcher.rundir import layout, record, results
-from launcher.rundir.record import load_run, run_folders
+from launcher.rundir import layout, record, record_types, results
+from launcher.rundir.record import find_run, load_run, run_folders
+from trainer.config import values
+from trainer.config.schema import ConfigError
 
 
 def list_runs_parser() -> ArgumentParser:
@@ -24,24 +26,33 @@ def list_runs_parser() -> ArgumentParser:
     add_runs_dir_arguments(parser)
     parser.add_argument("-n", type=int, default=20, help="how many runs (default 20)")
     parser.add_argument("--json", action="store_true", help="one JSON object per line, one per run")
+    same = parser.add_mutually_exclusive_group()
+    same.add_argument("--same-as", metavar="RUN", help="only the runs with RUN's signature (RUN included): the "
+                      "same job, config, shape, code and interpreter (docs/signatures.md)")
+    same.add_argument("--signature", help="only the runs with this signature (as status and --json show it)")
     return parser
 
 
 def list_runs(args: argparse.Namespace) -> int:
     where = runs_dir(args.profile, args.runs_dir)
+    wanted = _wanted_signature(args, where)
     rows = []
-    for run_dir in run_folders(where)[:max(0, args.n)]:
+    folders = run_folders(where)
+    if wanted is not None:  # (-n counts the matching runs, not the folders read)
+        folders = [f for f in folders if _signature_of(f) == wanted]
+    for run_dir in folders[:max(0, args.n)]:
         try:
             rows.append(_list_row(run_dir))
         except (OSError, ValueError, KeyError, TypeError) as err:  # ConfigError is a ValueError
             rows.append({"run": run_dir.name, "run_dir": str(run_dir), "state": f"unreadable ({err})"})
-    rows = remote_record.with_rows(rows, where, args.n)  # runs submitted over SSH: their local records, offline
+    if wanted is None:  # (a run submitted over SSH: its signature is in the cluster side's records)
+        rows = remote_record.with_rows(rows, where, args.n)  # runs submitted over SSH: their local records, offline
     if args.json:
         for row in rows:
             print(json.dumps(row, default=str), flush=True)
         return EXIT_OK
     if not rows:
-        print(f"no runs in {where}", flush=True)
+        print(f"no runs in {where}" + (f" with signature {wanted}" if wanted else ""), flush=True)
         return EXIT_OK
     table = [["run", "profile", "job", "tasks", "state", "best"]]
     for row in rows:
@@ -58,6 +69,26 @@ def list_runs(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _wanted_signature(args: argparse.Namespace, where: Path) -> str | None:
+    """The signature `--same-as RUN` or `--signature` asks for (None: every run), checked where it enters."""
+    if args.same_as is not None:
+        found = load_run(find_run(args.same_as, where)).signature
+        if not found:
+            raise ConfigError(f"--same-as {args.same_as}: that run was recorded before runs had signatures")
+        return found
+    if args.signature is not None and record_types.signature(args.signature) is not None:
+        raise ConfigError(f"--signature {values.shown_name(args.signature)!s}: expected a signature as status "
+                          f"shows it (lowercase hex digits, e.g. 3f0c9a1e6b2d4c57)")
+    return args.signature
+
+
+def _signature_of(run_dir: Path) -> str | None:
+    try:
+        return load_run(run_dir).signature or None
+    except (OSError, ValueError, KeyError, TypeError):  # an unreadable record: not a match (the plain list shows it)
+        return None
+
+
 def _list_row(run_dir: Path) -> dict[str, Any]:
     info = load_run(run_dir)
     metric, _ = info.target
@@ -72,5 +103,6 @@ def _list_row(run_dir: Path) -> dict[str, Any]:
         best = {metric: result.get(metric)}
     return {"run": run_dir.name, "run_dir": str(run_dir), "profile": info.profile.get("name", ""),
             "job": info.job.get("name", ""), "executor": info.executor, "tasks": info.num_tasks,
-            "created": info.record.get("created"), "state": state, "target_metric": metric, "best": best}
+            "created": info.record.get("created"), "state": state, "target_metric": metric, "best": best,
+            "signature": info.signature or None}
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+from functools import cached_property
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from launcher.cluster.slurm import allocation, sbatch
 from launcher.config.profile import Profile
 from launcher.config.resolve import Point
 from launcher.node import torchrun_command
-from launcher.rundir import exclusions, snapshot
+from launcher.rundir import exclusions, signature, snapshot
 from launcher.rundir.layout import log_dir, task_dir
 from trainer.config import project
 from trainer.config.job import JobConfig, RunSettings
@@ -107,12 +108,22 @@ class Submission:
     def max_num_timeout(self) -> int:
         return self.profile.max_timeout_requeues
 
+    @cached_property
+    def signatures(self) -> signature.Signed:
+        """What the run is (launcher.request.signature): its signature and each task's; hashed once."""
+        laptop = (self.origin.get("project") or {}).get("laptop_root")  # over SSH: where the files are here
+        job = next((t.job for t in self.tasks if t.job.project_root), self.tasks[0].job)
+        code = signature.code_digest(self.project, Path(laptop) if laptop else None, job, self.function)
+        return signature.signatures([t.job for t in self.tasks], self.profile, code, self.is_sweep)
+
     def describe(self) -> dict[str, Any]:
         """JSON-ready view for --dry-run and run.json."""
         first = self.tasks[0]
         return {
             "executor": self.executor, "run_dir": str(self.run_dir), "log_dir": str(self.log_dir),
-            "submit_dir": str(self.submit_dir),
+            "submit_dir": str(self.submit_dir), "signature": self.signatures.run,
+            "task_signatures": self.signatures.tasks if self.is_sweep else None,
+            "signature_parts": self.signatures.parts(),
             "world_size": self.profile.world_size, "tasks": len(self.tasks),
             "batch_size_per_rank": first.job.batch_size_per_rank,
             "global_batch_size": first.job.batch_size_per_rank * self.profile.world_size,

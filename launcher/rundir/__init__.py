@@ -2,5 +2,6 @@
 `record_types`: every field's type and bounds), the code snapshot (`snapshot`, with `snapshot_links`:
 unchanged files linked from the previous snapshot), what each task is doing (`task_state`, `states`, `pool_states`: a pool's points, `outcomes`,
 `restarts`, and `progress`: a task's epoch, step and speed as `watch` shows them), what it cost (`cost`),
-the results drawn from it (`results`, `plots`), whether a failed attempt comes back by itself (`retries`)
+the results drawn from it (`results`, `plots`), what the run is (`signature`: a hash of what decides its
+result), whether a failed attempt comes back by itself (`retries`)
 and the nodes the run leaves out (`exclusions`)."""

@@ -170,6 +170,16 @@ class RecordedRun:
         return dict(self.record.get("allocation") or {})
 
     @property
+    def signature(self) -> str:
+        """What the run is (launcher.request.signature); "" for a run recorded before signatures."""
+        return str(self.record.get("signature") or "")
+
+    def task_signature(self, task: int) -> str:
+        """A task's signature: a sweep point's own, a single run's the run's."""
+        each = self.record.get("task_signatures") or []
+        return str(each[task]) if 0 <= task < len(each) else self.signature
+
+    @property
     def overrides(self) -> list[dict[str, Any]]:
         return list(self.record.get("sweep_overrides") or [{}] * self.num_tasks)
 

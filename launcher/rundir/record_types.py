@@ -53,6 +53,12 @@ def job_id(value: Any) -> tuple[str, str] | None:
     return None if ok else ("", "a job id (a string such as '123' or '123_4', empty for a task never queued)")
 
 
+def signature(value: Any) -> tuple[str, str] | None:
+    """A run's or task's signature (launcher.request.signature): hex digits, as `list --same-as` compares them."""
+    ok = isinstance(value, str) and 0 < len(value) <= 64 and all(c in "0123456789abcdef" for c in value)
+    return None if ok else ("", "a signature (lowercase hex digits)")
+
+
 def optional(check: Check) -> Check:
     return lambda value: None if value is None else check(value)
 
@@ -110,6 +116,8 @@ RUN = {
     "state": optional(text), "error": optional(text), "failed_rank": optional(integer(0, 2**31 - 1)),
     "cancelled_at": optional(number), "best": optional(mapping()), "runner": optional(text),
     "allocation": optional(mapping({"job_id": job_id, "pid": integer(1, 2**31 - 1), "host": text})),
+    "signature": optional(signature), "task_signatures": optional(list_of(signature, MAX_SWEEP_TASKS)),
+    "signature_parts": optional(mapping({"code": signature, "python": text})),
 }
 
 # tasks.json: every task's full job, which --resume rebuilds.

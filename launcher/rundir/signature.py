@@ -1,0 +1,161 @@
+"""A run's signature: a short hash of what decides its result, and nothing else (docs/signatures.md).
+
+Each task (a single run's one, or each sweep point) hashes four parts, kept apart so that `inputs()` can
+say which one differs between two runs:
+- `job`: the resolved job, its `config:` and the point's overrides included, less the keys that only say
+  where things are or how they are shown (NOT_RESULT_JOB_KEYS);
+- `shape`: the profile keys that change what the ranks compute (RESULT_PROFILE_KEYS: how many ranks and how
+  they are laid out, CPUs or GPUs, the interpreter or container, the environment and setup lines);
+- `code`: the tool's own code (launcher/, trainer/: its version, edits included, by bytes), your project's
+  files as the snapshot copies them, by what they say (Python by its tokens, comments left out; YAML and
+  JSON by their values; other files by bytes), less the job files beside the run's own (YAML in the folder
+  it was found in: the run counts by the values it resolved, so a comment there, or a sweep file added
+  beside it, changes nothing), and a function handed over from Python by value (its pickled bytes);
+- `python`: the interpreter the ranks run (the profile's `python:` or `container:`, else this one's
+  version and its torch release).
+A sweep's signature hashes its points' signatures in order. Partition, account, time limit, runs folder,
+names, trackers, checkpoint cadence and logging are left out: they change when or where, not what.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import platform
+import sys
+import tokenize
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from launcher.config.profile import Profile
+from launcher.rundir import snapshot
+from trainer.config.job import JobConfig
+from trainer.config.lookup import CODE_ROOT
+
+LENGTH = 16  # hex digits shown and recorded: 64 bits, no collision among a lifetime's runs
+NOT_RESULT_JOB_KEYS = frozenset({
+    "name", "code_dir", "project_root", "data_dir", "download", "verify_checksums", "log_every_steps",
+    "checkpoint_every_steps", "keep_checkpoints", "tensorboard", "tracker", "target_metric", "target_mode",
+    "interrupt_at",  # a stop and an exact resume: the same result (docs/failures-and-requeue.md)
+})
+RESULT_PROFILE_KEYS = ("nodes", "tasks_per_node", "launch", "cpus_per_task", "gpus_per_node", "gpus_per_task",
+                       "gpu_type", "python", "container", "env", "setup")
+
+
+@dataclass(frozen=True)
+class Signed:
+    """A submission's signatures, and the two parts a record cannot rebuild from its job and profile (`diff`)."""
+
+    run: str
+    tasks: list[str]
+    code: str
+    python: str
+
+    def parts(self) -> dict[str, str]:
+        return {"code": self.code, "python": self.python}
+
+
+def counts(section: str, key: str) -> bool:
+    """Whether a job or profile key (its top-level name) is part of the signature: `diff` sorts by it."""
+    return key not in NOT_RESULT_JOB_KEYS if section == "job" else key in RESULT_PROFILE_KEYS
+
+
+def digest(value: Any) -> str:
+    """The short hash of a JSON-able value (keys sorted: the order they were written in does not count)."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:LENGTH]
+
+
+def inputs(jobs: list[JobConfig], profile: Profile, code: str) -> list[dict[str, Any]]:
+    """What each task's signature hashes, part by part (`code`: code_digest's; it and `python` are the run's)."""
+    shared = {"shape": {key: getattr(profile, key) for key in RESULT_PROFILE_KEYS}, "code": code,
+              "python": interpreter(profile)}
+    return [{"job": {k: v for k, v in asdict(job).items() if k not in NOT_RESULT_JOB_KEYS}, **shared} for job in jobs]
+
+
+def signatures(jobs: list[JobConfig], profile: Profile, code: str, is_sweep: bool) -> Signed:
+    """The run's signature and each task's (a single run: the same one)."""
+    tasks = [digest({part: digest(value) for part, value in task.items()}) for task in inputs(jobs, profile, code)]
+    return Signed(of_run(tasks, is_sweep), tasks, code, interpreter(profile))
+
+
+def of_run(tasks: list[str], is_sweep: bool) -> str:
+    """A run's signature from its tasks' (the Python handles rebuild a sweep's from `status --json`)."""
+    return digest(tasks) if is_sweep else tasks[0]
+
+
+def code_digest(project: snapshot.Survey | None, root: Path | None, job: JobConfig, function: bytes | None) -> str:
+    """The tool's code, your project's snapshot (`project`, its files read under `root`: over SSH the survey
+    names the cluster side's folder, and the files hashed are this machine's, the same ones) and a function
+    by value, hashed by content."""
+    h = hashlib.sha256()
+    files, _ = snapshot.tool_files(CODE_ROOT)
+    _hash_files(h, CODE_ROOT, files, _content)
+    if project is not None:
+        root = root or project.root
+        jobs = _job_folder(root, job.code_dir)
+        code = [f for f in project.files if not (f.endswith((".yaml", ".yml")) and os.path.dirname(f) == jobs)]
+        _hash_files(h, root, code, _meaning)
+    elif job.project_root:  # no snapshot: the ranks read the live tree, whose state is not the run's
+        h.update(f"live:{job.project_root}".encode())
+    if function is not None:
+        h.update(b"function\0" + function)
+    return h.hexdigest()[:LENGTH]
+
+
+def _job_folder(root: Path, code_dir: str) -> str | None:
+    """The job file's folder relative to the project root, as the snapshot lists it (None: outside it)."""
+    try:
+        folder = Path(code_dir).resolve().relative_to(root.resolve()).as_posix() if code_dir else None
+    except ValueError:
+        return None
+    return "" if folder == "." else folder
+
+
+def _hash_files(h: Any, root: Path, files: list[str], read: Callable[[Path], bytes]) -> None:
+    for name in sorted(files):
+        h.update(name.encode() + b"\0")
+        try:
+            h.update(hashlib.sha256(read(root / name)).digest())
+        except OSError:  # a link to nothing, a file gone since it was listed: its name still counts
+            h.update(b"unreadable")
+
+
+def _content(path: Path) -> bytes:
+    return path.read_bytes()
+
+
+def _meaning(path: Path) -> bytes:
+    """What a project file says: Python's tokens less comments and blank lines, YAML's and JSON's values;
+    its bytes where it is another kind or does not parse (then every byte counts)."""
+    data = path.read_bytes()
+    try:
+        if path.suffix == ".py":
+            skip = (tokenize.COMMENT, tokenize.NL)
+            tokens = tokenize.tokenize(io.BytesIO(data).readline)
+            return "\0".join(f"{t.type}:{t.string}" for t in tokens if t.type not in skip).encode()
+        if path.suffix in (".yaml", ".yml", ".json"):
+            return json.dumps(yaml.safe_load(data), sort_keys=True, default=str).encode()
+    except (tokenize.TokenError, SyntaxError, yaml.YAMLError, ValueError, RecursionError):
+        pass
+    return data
+
+
+def interpreter(profile: Profile) -> str:
+    """The ranks' interpreter: the profile's container or python as written, else this one (the ranks run it)."""
+    if profile.container:
+        return f"container:{profile.container}"
+    if profile.python:
+        return f"python:{profile.python}"
+    try:
+        torch = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        torch = "none"
+    return f"{platform.python_implementation()} {platform.python_version()} torch {torch} {sys.platform}"
