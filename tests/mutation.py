@@ -44,14 +44,21 @@ def main() -> int:
         return 2
     if args.fresh:
         shutil.rmtree(ROOT / "mutants", ignore_errors=True)
-    # The tests' subprocesses must import the mutated copy, not the installed project.
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "mutants")}
+    # The tests' subprocesses must import the mutated copy, not the installed project; mutation_site's
+    # sitecustomize lets them run while mutmut traces the tests (it says why).
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "mutants"), str(ROOT / "tests" / "mutation_site")])}
     env.pop("SLURM_CONF", None)
     # Each mutant's pytest run is forked from a process that imported torch: the unraisable-exception
     # plugin's five gc.collect() calls at exit then cost ~1.3 s a mutant (2 s of 2.4 s for a 0.2 s test);
     # the benchmark and hypothesis plugins are not used by the fast tests. Plugins only: no verdict changes.
     env["PYTEST_ADDOPTS"] = " ".join([env.get("PYTEST_ADDOPTS", ""), "-p no:unraisableexception",
                                       "-p no:benchmark", "-p no:hypothesispytest"]).strip()
+    # The shipped dev-cluster profiles find the dev cluster's slurm.conf under the checkout (.dev-cluster/): the
+    # copy in mutants/ must find the running cluster's, or the tests that ask it (a gpu_type no node has) fail.
+    (ROOT / "mutants").mkdir(exist_ok=True)
+    cluster = ROOT / "mutants" / ".dev-cluster"
+    if not cluster.exists() and (ROOT / ".dev-cluster").is_dir():
+        cluster.symlink_to(ROOT / ".dev-cluster")
     targets = args.patterns
     if args.survivors:
         # Names, not patterns: mutmut tests a named mutant again whatever its recorded verdict.

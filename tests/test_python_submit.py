@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.client import RunFailed, SubmitError, attach, submit
+from launcher.client import SubmitError, attach, submit
 from tests.helpers import ROOT
 
 DOC = (ROOT / "docs" / "your-code.md").read_text()
@@ -109,15 +109,6 @@ def test_a_submitter_that_says_nothing_still_gives_a_message(tmp_path: Path) -> 
     (tmp_path / "quits.py").write_text("import os\nos._exit(3)\ndef main(ctx):\n    pass\n")
     with pytest.raises(SubmitError, match=r"the submitter exited with status 3: \(nothing on standard error\)"):
         submit(entrypoint="quits:main", cwd=tmp_path)
-
-
-def test_failing_function_raises_run_failed_naming_the_rank(tmp_path: Path) -> None:
-    run = submit(entrypoint="tests.userpkg.tiny:broken", config={"fail_rank": 1}, cwd=tmp_path)
-    with pytest.raises(RunFailed) as failed:
-        run.result(timeout=300)
-    assert str(failed.value).endswith(": rank 1 raised ValueError: user code failed on purpose")
-    assert failed.value.details.splitlines()[-1] == "ValueError: user code failed on purpose"
-    assert 'tests/userpkg/tiny.py", line' in failed.value.details and "trainer/runners" not in failed.value.details
 
 
 @pytest.mark.slurm
