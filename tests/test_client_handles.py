@@ -50,6 +50,10 @@ def test_state_and_wait_while_a_run_runs_then_after_it_ended(tmp_path: Path) -> 
     recorded = json.loads((run.run_dir / RUN_FILE).read_text())["signature"]
     assert run.signature == attached.signature == recorded == ended["signature"] == ended["run_signature"]
     assert [row["signature"] for row in runs(cwd=tmp_path)] == [recorded]
+    assert [row["run_dir"] for row in runs(cwd=tmp_path, signature=recorded)] == [str(run.run_dir)]
+    assert runs(cwd=tmp_path, signature="0" * 16) == []
+    with pytest.raises(SubmitError, match=r"^error: --signature 'Run': expected a signature"):
+        runs(cwd=tmp_path, signature="Run")
 
 
 def test_a_sweep_with_a_failed_point_then_its_rerun(tmp_path: Path) -> None:

@@ -1,14 +1,19 @@
-"""Loaded by every interpreter tests/mutation.py starts (its PYTHONPATH names this folder), so also by the
-command lines, submitters and ranks that a test starts in a subprocess.
+"""Loaded by every interpreter tests/mutation.py starts (its PYTHONPATH names this folder, after mutants/).
 
-While mutmut learns which tests reach which function ("stats"), a mutated module records each call in the
-test process's own mutmut state; a subprocess has none, and its first mutated call fails looking for a
-mutmut configuration. What a subprocess calls is not a test's reach anyway (mutmut traces only the test
-process), so there it runs the unmutated code. Tests that ask the command line in a subprocess (the Python
-client's handles: tests/test_client_handles.py) can then be in the selection.
+mutmut runs the fast tests in its own processes, against the mutated copy in mutants/. A test may also start
+processes: the Python client's handles ask the command line (`python -m launcher`), a local run's ranks
+(`-m submitit.core._submit`). Those import the project as it is (the checkout in place of its copy), not the mutated one:
+mutmut traces and tests only what runs in the test process (the handles themselves), its mutated functions
+would cost every call in the ranks' loop a trampoline, and a subprocess has no mutmut state for them to
+report to (while mutmut traces the tests, the first such call fails looking for its configuration).
 """
 
 import os
+import sys
 
-if os.environ.get("MUTANT_UNDER_TEST") == "stats":
-    os.environ["MUTANT_UNDER_TEST"] = ""
+_CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_COPY = os.path.join(_CHECKOUT, "mutants")
+_RUNNERS = ("mutmut", "pytest", "multiprocessing")  # mutmut, the tests, mutmut's fork server: the copy
+
+if not any(runner in word for word in getattr(sys, "orig_argv", sys.argv) for runner in _RUNNERS):
+    sys.path[:] = [_CHECKOUT if os.path.abspath(p or ".") == _COPY else p for p in sys.path]
