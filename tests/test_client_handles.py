@@ -29,9 +29,11 @@ def test_state_and_wait_while_a_run_runs_then_after_it_ended(tmp_path: Path) -> 
     run = submit(entrypoint=TINY, config={"until_file": str(stop), "epochs": 1000, "step_sleep_s": 0.01},
                  cwd=tmp_path)
     attached = attach(run.run_dir.name, cwd=tmp_path)
-    assert type(attached) is Run and attached == run and hash(attached) == hash(run)
+    assert type(attached) is Run and attached == run and hash(attached) == hash(run) == hash(run.run_dir)
     assert repr(attached) == f"Run({str(run.run_dir)!r})" and not attached.remote
     wait_until(lambda: attached.state() == "running", 120, "the run to start", poll=0.2)
+    with pytest.raises(TimeoutError, match="still running after 0.2 s"):
+        attached.result(timeout=0.2)  # result() waits as long as it is told
     for handle in (run, attached):
         started = time.monotonic()
         with pytest.raises(TimeoutError, match=f"^{run.run_dir} still running after 0.3 s$"):
@@ -47,6 +49,7 @@ def test_state_and_wait_while_a_run_runs_then_after_it_ended(tmp_path: Path) -> 
     assert result == json.loads((run.run_dir / RESULT_FILE).read_text()) == attached.result()
     assert result["world_size"] == 2 and result["steps"] == ended["result"]["steps"]
     assert "rank 1/2" in attached.logs(rank=1) and "rank 0/2" in attached.logs()
+    assert "submitit INFO" in attached.logs() and "submitit INFO" not in attached.logs(err=True)  # stderr: no log lines
     recorded = json.loads((run.run_dir / RUN_FILE).read_text())["signature"]
     assert run.signature == attached.signature == recorded == ended["signature"] == ended["run_signature"]
     assert [row["signature"] for row in runs(cwd=tmp_path)] == [recorded]
@@ -54,6 +57,18 @@ def test_state_and_wait_while_a_run_runs_then_after_it_ended(tmp_path: Path) -> 
     assert runs(cwd=tmp_path, signature="0" * 16) == []
     with pytest.raises(SubmitError, match=r"^error: --signature 'Run': expected a signature"):
         runs(cwd=tmp_path, signature="Run")
+
+
+def test_a_cancelled_run_ends_cancelled_and_its_result_says_so(tmp_path: Path) -> None:
+    run = submit(entrypoint=TINY, config={"until_file": str(tmp_path / "never"), "epochs": 1000, "step_sleep_s": 0.01},
+                 cwd=tmp_path)
+    wait_until(lambda: run.state() == "running", 120, "the run to start", poll=0.2)
+    run.cancel()
+    (state,) = run.wait(timeout=120, poll_s=0.1)
+    assert state["state"] == "cancelled" and run.state() == "cancelled"
+    with pytest.raises(RunFailed) as raised:
+        run.result(timeout=60)
+    assert str(raised.value).startswith(f"{run.run_dir.name}: cancelled") and raised.value.state == state
 
 
 def test_a_sweep_with_a_failed_point_then_its_rerun(tmp_path: Path) -> None:
@@ -126,6 +141,7 @@ def test_run_failed_tells_the_rank_and_the_error_from_a_tasks_state() -> None:
     assert str(silent) == "r3: cancelled: no error recorded" and silent.rank is None
     assert RunFailed("m", state=None).state == {} and RunFailed("m").rank is None
 
+    assert SubmitError("error: x")._render_traceback_() == ["SubmitError: error: x"]
     refused = SubmitError("error: bad value")
     refused.add_note("your code's traceback")
     assert refused._render_traceback_() == ["SubmitError: error: bad value", "your code's traceback"]
