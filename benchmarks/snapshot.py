@@ -9,7 +9,7 @@ ignored data (sparse files under `data/`, `.gitignore`d), in a temp folder:
     submission (1 rank, a function that returns at once), as `seconds` in SNAPSHOT.json against
     the command's wall time;
 and a small repository (10 files) submitted by this tool and by the tool of another checkout
-(`--against /work/main`: today's code, which snapshots only its own packages), medians of 5,
+(`--against PATH`: e.g. a checkout of an older commit), medians of 5,
 interleaved. Usage: python benchmarks/snapshot.py [--against PATH] [--files 20000] [--small-only]
 """
 
