@@ -70,7 +70,6 @@ SUBMITTED = '''
 run = submit(train)
 stopped = submit(train, sets=["job.interrupt_at=13"])
 failing = submit(flaky, config={"fail_rank": 1})
-points = sweep(flaky, configs=[{"fail_rank": -1}, {"fail_rank": 0}], sets=["profile.tasks_per_node=1"])
 '''
 
 
@@ -135,22 +134,6 @@ def test_a_cell_function_stopped_mid_epoch_ends_bitwise_equal_to_an_uninterrupte
     assert [e["step"] for e in events if e["event"] == "resumed"] == [13]
     assert same_weights(reference / "weights.pt", stopped / "weights.pt")
     assert logged(reference) == logged(stopped)
-
-
-def test_a_cell_sweep_gives_results_in_point_order_and_reruns_only_its_failed_point(kernel: Kernel) -> None:
-    """Local processes, one per point; point 1 fails (its rank 0 raises), then only it is rerun."""
-    first = kernel.value("[r and r['fail_rank'] for r in points.results(timeout=900, failed='none')]")
-    assert first == [-1, None] and kernel.value("points.states()") == ["completed", "failed"]
-    shown = kernel.run("points.results()")
-    assert shown.error is not None and "task 1 (config.fail_rank=0): rank 0 raised ValueError" in shown.error[1]
-    rows = kernel.value("sorted((row['task'], row['config.fail_rank'], row['state']) for row in points.summary())")
-    assert rows == [("0", "-1", "completed"), ("1", "0", "failed")]
-    task_0 = Path(kernel.value("str(points.run_dir)")) / "task-0000" / "result.json"
-    before = task_0.stat().st_mtime_ns
-    again = kernel.value("[r['fail_rank'] for r in points.rerun_failed(sets=['job.config.fail_rank=-2']).results()]")
-    assert again == [-1, -2] and task_0.stat().st_mtime_ns == before  # the completed point was not rerun
-    # After submit, sweep and result: the notebook's process still has no torch and no submitit.
-    assert kernel.value("import sys; sorted(m for m in ('torch', 'submitit') if m in sys.modules)") == []
 
 
 def test_attach_after_a_kernel_restart_gives_the_same_handle_and_runs_lists_it(kernel: Kernel) -> None:
