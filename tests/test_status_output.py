@@ -107,7 +107,8 @@ def _build_sweep(run_dir: Path, slurm_conf: str) -> None:
         "job": {"name": "pinned", "target_metric": "test_accuracy", "target_mode": "max", "epochs": 1},
         "profile": {"name": "dev-cluster", "executor": "slurm", "slurm_conf": slurm_conf},
         "sweep_overrides": overrides, "job_ids": ids, "task_jobs": task_jobs, "created": 1_767_000_000.0,
-        "resumes": [{"time": 1_767_000_500.0, "job_ids": [resumed]}]}))
+        "resumes": [{"time": 1_767_000_500.0, "job_ids": [resumed]}],
+        "signature": "5e1f0c9a1e6b2d4c", "task_signatures": [f"{t:02d}" * 8 for t in range(12)]}))
 
 
 def _build_cancelled(run_dir: Path, slurm_conf: str) -> None:
