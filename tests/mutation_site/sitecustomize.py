@@ -15,5 +15,20 @@ _CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__fi
 _COPY = os.path.join(_CHECKOUT, "mutants")
 _RUNNERS = ("mutmut", "pytest", "multiprocessing")  # mutmut, the tests, mutmut's fork server: the copy
 
-if not any(runner in word for word in getattr(sys, "orig_argv", sys.argv) for runner in _RUNNERS):
+
+
+def _program(argv: list[str]) -> str:
+    """What the interpreter runs: the module after -m, the code after -c, else the script (its arguments, a
+    test's folder under /tmp/pytest-of-root say, do not count)."""
+    i = 1
+    while i < len(argv):
+        if argv[i] in ("-m", "-c"):
+            return argv[i + 1] if i + 1 < len(argv) else ""
+        if not argv[i].startswith("-"):
+            return argv[i]
+        i += 2 if argv[i] in ("-X", "-W") else 1
+    return ""
+
+
+if not any(runner in _program(getattr(sys, "orig_argv", sys.argv)) for runner in _RUNNERS):
     sys.path[:] = [_CHECKOUT if os.path.abspath(p or ".") == _COPY else p for p in sys.path]
