@@ -74,10 +74,11 @@ def _wanted_signature(args: argparse.Namespace, where: Path) -> str | None:
     if args.same_as is not None:
         found = load_run(find_run(args.same_as, where)).signature
         if not found:
-            raise ConfigError(f"--same-as {args.same_as}: that run was recorded before runs had signatures")
+            raise ConfigError(f"--same-as {values.shown_name(args.same_as)}: that run was recorded before runs had "
+                              f"signatures (list shows every run)")
         return found
     if args.signature is not None and record_types.signature(args.signature) is not None:
-        raise ConfigError(f"--signature {values.shown_name(args.signature)!s}: expected a signature as status "
+        raise ConfigError(f"--signature {values.shown_name(args.signature)}: expected a signature as status "
                           f"shows it (lowercase hex digits, e.g. 3f0c9a1e6b2d4c57)")
     return args.signature
 

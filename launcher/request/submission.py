@@ -110,7 +110,7 @@ class Submission:
 
     @cached_property
     def signatures(self) -> signature.Signed:
-        """What the run is (launcher.request.signature): its signature and each task's; hashed once."""
+        """What the run is (launcher.rundir.signature): its signature and each task's; hashed once."""
         laptop = (self.origin.get("project") or {}).get("laptop_root")  # over SSH: where the files are here
         job = next((t.job for t in self.tasks if t.job.project_root), self.tasks[0].job)
         code = signature.code_digest(self.project, Path(laptop) if laptop else None, job, self.function)
