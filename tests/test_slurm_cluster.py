@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -162,6 +163,38 @@ def test_hosts_lines_of_the_old_tests_module_are_replaced_not_duplicated(
     assert not [line for line in lines if OLD_MARK in line]  # stale cpu3, cpu4 gone too
     assert lines[2:] == [f"{n.addr}\t{n.name}\t{config.HOSTS_MARK}" for n in spec.all_nodes()]
     assert [line.split()[1] for line in lines[2:]] == ["cpu1", "cpu2", "gpu1", "gpu2"]
+
+
+def test_client_links_a_dev_cluster_left_in_another_folder_are_replaced_and_others_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A machine copied while another checkout's 24.11 was up (CI's clone of a session's machine) still has that
+    checkout's links: `up` replaces them; a SLURM client someone installed there by hand stays and is refused."""
+    from launcher.devcluster import releases
+    from launcher.devcluster.paths import ClusterError
+
+    links = tmp_path / "local-bin"
+    links.mkdir()
+    monkeypatch.setattr(releases, "LINK_DIR", links)
+    monkeypatch.setattr(releases, "active_clients", lambda: tmp_path / "state" / "bin")
+    (tmp_path / "state").mkdir()
+    for name in releases.CLIENTS:  # what a session in /work/main left, pointing into its own state folder
+        (links / name).symlink_to(f"/elsewhere/main/.dev-cluster/slurm/24.11/bin/{name}")
+    rel = releases.Release("24.11", "trixie", unpacked=True)
+    ours = tmp_path / "state" / "slurm" / "24.11" / "bin"
+    ours.mkdir(parents=True)
+    for name in releases.CLIENTS:
+        (ours / name).touch()
+    monkeypatch.setattr(releases.Release, "client_dir", lambda self: ours)
+    releases.link_clients(rel)
+    assert {os.readlink(links / n) for n in releases.CLIENTS} == {str(ours / n) for n in releases.CLIENTS}
+
+    releases.unlink_clients()
+    (links / "sbatch").symlink_to("/opt/slurm/bin/sbatch")  # someone's own SLURM
+    (links / "sacct").symlink_to("/elsewhere/.dev-cluster/slurm/24.11/bin/sbatch")  # not its own name
+    with pytest.raises(ClusterError, match="sacct exists and is not the dev cluster's"):
+        releases.link_clients(rel)
+    assert os.readlink(links / "sbatch") == "/opt/slurm/bin/sbatch"
 
 
 def test_the_package_stands_alone_and_imports_nothing_heavy() -> None:

@@ -20,6 +20,7 @@ because neither reads the other's back.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -148,8 +149,16 @@ def unpack(rel: Release) -> None:
 
 
 def _ours(link: Path) -> bool:
-    """A link this tool made: it points into the state folder."""
-    return link.is_symlink() and str(os.readlink(link)).startswith(str(STATE_DIR) + "/")
+    """A link a dev cluster made: it points at `<state>/slurm/<release>/bin/<its own name>`.
+
+    By shape, not by this checkout's state folder: a session that ended with 24.11 up leaves its links behind,
+    and a copy of that machine (CI's, a colleague's clone in another folder) must replace them rather than
+    refuse to start. A client of a real SLURM installed there by hand has another shape and is left alone."""
+    if not link.is_symlink():
+        return False
+    parts = Path(os.readlink(link)).parts
+    return (len(parts) >= 4 and parts[-1] == link.name and parts[-2] == "bin" and parts[-4] == "slurm"
+            and re.fullmatch(r"\d+\.\d+", parts[-3]) is not None)
 
 
 def link_clients(rel: Release) -> None:
