@@ -99,6 +99,11 @@ def test_a_sweep_with_a_failed_point_then_its_rerun(tmp_path: Path) -> None:
         grid.run_dir / name for name in (SUMMARY_CSV, SUMMARY_MD, SUMMARY_PNG))
     assert grid.summary_csv.is_file() and grid.summary_md.is_file()
 
+    assert "RuntimeError: failing on purpose at step 3" in grid.logs(task=1, err=True)  # the rank's stderr
+    refused = r"^error: .*run\.json \(profile, with --set\): key 'nodes' has invalid value 0;"
+    with pytest.raises(SubmitError, match=refused):  # refused: nothing queued, the handle unchanged
+        grid.rerun_failed(sets=["profile.nodes=0"])
+    assert grid.states() == ["completed", "failed"] and [s["restarts"] for s in grid.status()] == [0, 0]
     assert grid.rerun_failed(sets=["job.config.fail_at_step=0"]) is grid
     again = grid.result(timeout=300)
     assert again[0] == first and again[1] is not None and again[1]["steps"] == first["steps"]
@@ -132,6 +137,8 @@ def test_run_failed_tells_the_rank_and_the_error_from_a_tasks_state() -> None:
                                         "RunFailed: r1 task 2 (lr=0.1): rank 1 raised KeyError: 'lr'"]
     alone = RunFailed.of("r1", raised)
     assert str(alone) == "r1: rank 1 raised KeyError: 'lr'"
+    bare = RunFailed.of("r1", {"task": 0, "state": "failed", "failure": {"rank": 0, "type": "OSError"}})
+    assert str(bare) == "r1: rank 0 raised OSError" and bare.details == "" and not hasattr(bare, "__notes__")
 
     timed_out = RunFailed.of("r2", {"task": 0, "state": "timeout", "failed_rank": 0, "error": "time limit"})
     assert str(timed_out) == "r2: timeout on rank 0: time limit"

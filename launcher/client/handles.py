@@ -61,7 +61,8 @@ class RunFailed(RuntimeError):
         failure = state.get("failure") or {}
         where = f"{run}" + (f" task {state.get('task')} ({point})" if point else "")
         if failure.get("type"):
-            return cls(f"{where}: rank {failure.get('rank')} raised {failure['type']}: {failure.get('message')}",
+            said = f": {failure['message']}" if failure.get("message") else ""  # `raise OSError()` says nothing
+            return cls(f"{where}: rank {failure.get('rank')} raised {failure['type']}{said}",
                        str(failure.get("traceback") or ""), state)
         rank = f" on rank {state['failed_rank']}" if state.get("failed_rank") is not None else ""
         return cls(f"{where}: {state.get('state')}{rank}: {state.get('error') or 'no error recorded'}", "", state)
