@@ -72,9 +72,11 @@ class Run:
     """A submitted (or attached) run. Equal handles name the same run folder."""
 
     def __init__(self, cwd: Path, profile: str, run_dir: Path | None = None, engine: Engine | None = None,
-                 runs_dir: str | Path | None = None) -> None:
+                 runs_dir: str | Path | None = None, reused: bool = False) -> None:
         self._cwd, self._profile, self._runs_dir = cwd, profile, runs_dir
         self._run_dir, self._engine = run_dir, engine
+        # Whether submitting found this run already made (the same signature) instead of queueing it.
+        self.reused = reused
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({str(self._run_dir)!r})"

@@ -27,29 +27,33 @@ CONDITIONS = ("ok", "any", "notok")
 
 def submit(function: Any = None, /, profile: str = "local", job: str | None = None, *, entrypoint: Any = None,
            config: dict[str, Any] | None = None, sets: list[str] | None = None, name: str | None = None,
-           cwd: str | Path | None = None, after: Any = None, when: str = "ok") -> Run:
+           cwd: str | Path | None = None, after: Any = None, when: str = "ok", rerun: bool = False) -> Run:
     """Run `function` (or `entrypoint=`: a function or "module:function"; or `job=`: a job name or file) on
     `profile`, called once per rank as fn(ctx) or fn(ctx, config) with `config`. Returns once it is queued.
 
     `sets`: `--set` overrides (["job.epochs=3", "profile.nodes=2"]); `cwd`: where the submitter runs (runs_dir,
     names, relative paths and your project are found from there; default: the current directory);
     `after`: runs this one waits for (SLURM), each a Run, a run folder, or a (run, "ok"|"any"|"notok") pair;
-    `when`: the condition for the bare ones (ok: each succeeded; any: each ended; notok: each failed)."""
+    `when`: the condition for the bare ones (ok: each succeeded; any: each ended; notok: each failed).
+    An identical run (the same signature, docs/signatures.md) in the runs folder is answered instead of queued
+    again: completed, its handle has its result at once (`run.reused` is True); running, the handle follows it;
+    failed, it is continued. `rerun=True`: a new run all the same."""
     _expect("job", job, (str, os.PathLike, type(None)), "a job name or file")
     target = _target(function, entrypoint, job)
     workdir = _workdir(cwd)
     data, blob = _code(target, workdir, name, config) if target is not None else ({}, None)
-    return _start(Run, profile, str(job) if job is not None else None, data, blob, sets, after, when, workdir)
+    return _start(Run, profile, str(job) if job is not None else None, data, blob, sets, after, when, workdir,
+                  rerun)
 
 
 def sweep(function: Any = None, /, profile: str = "local", *, configs: list[dict[str, Any]] | None = None,
           grid: dict[str, list[Any]] | None = None, entrypoint: Any = None, config: dict[str, Any] | None = None,
           sets: list[str] | None = None, name: str | None = None, cwd: str | Path | None = None,
-          after: Any = None, when: str = "ok") -> Sweep:
+          after: Any = None, when: str = "ok", rerun: bool = False) -> Sweep:
     """One task per point, exactly as the command line's sweep (one SLURM job array with the profile's
     array_parallelism; local processes on `local`). `grid`: {"lr": [0.1, 0.2], ...}, every combination
     (config keys); `configs`: a list of config mappings, each merged over `config`. Points run in that
-    order, grid first. The rest as for submit()."""
+    order, grid first. The rest as for submit() (an identical sweep is answered as an identical run is)."""
     _expect("configs", configs, (list, type(None)), "a list of config mappings")
     _expect("grid", grid, (dict, type(None)), "a mapping of config keys to lists of values")
     if not configs and not grid:
@@ -69,7 +73,7 @@ def sweep(function: Any = None, /, profile: str = "local", *, configs: list[dict
     data, blob = _code(target, workdir, name, config)
     data["sweep"] = {**({"grid": {_key(k): v for k, v in grid.items()}} if grid else {}),
                      **({"tasks": [_dotted(c) for c in configs]} if configs else {})}
-    handle = _start(Sweep, profile, None, data, blob, sets, after, when, workdir)
+    handle = _start(Sweep, profile, None, data, blob, sets, after, when, workdir, rerun)
     assert isinstance(handle, Sweep)
     return handle
 
@@ -224,10 +228,11 @@ def _sets(sets: Any) -> list[str]:
 
 
 def _start(cls: type[Run], profile: Any, job: str | None, data: dict[str, Any], blob: bytes | None, sets: Any,
-           after: Any, when: str, workdir: Path) -> Run:
+           after: Any, when: str, workdir: Path, rerun: bool = False) -> Run:
     _expect("profile", profile, (str, os.PathLike), "a profile name or file")
+    _expect("rerun", rerun, (bool,), "True or False")
     args = ["--profile", str(profile), "--job", job if job is not None else "-", *_sets(sets),
-            *_after(after, when)]
+            *_after(after, when), *(["--rerun"] if rerun else [])]
     engine = Engine(args, workdir, json.dumps(data) if job is None else None, blob,
                     here=_runs_here(str(profile), sets, workdir))
     said = engine.wait_for("queued", "refused", "failed")
@@ -238,7 +243,7 @@ def _start(cls: type[Run], profile: Any, job: str | None, data: dict[str, Any], 
         if engine.details():
             error.add_note(engine.details())  # your own code's traceback (an import that failed, say)
         raise error
-    return cls(workdir, str(profile), Path(run_dir), engine)
+    return cls(workdir, str(profile), Path(run_dir), engine, reused=bool(said.get("reused")))
 
 
 def _runs_here(profile: str, sets: Any, workdir: Path) -> bool:

@@ -75,6 +75,9 @@ def submit_parser() -> ArgumentParser:
                         help="start only after RUN ended: successfully (ok, the default), in any way (any) or "
                              "failed (notok); repeatable, all must hold (SLURM)")
     parser.add_argument("--resume", metavar="RUN", help="resubmit the tasks of RUN that did not complete")
+    parser.add_argument("--rerun", action="store_true", help="a new run even where an identical one (the same "
+                        "signature) exists in the runs folder; without it, submitting one answers with it "
+                        "(docs/signatures.md)")
     parser.add_argument("--runs-dir", help="with --resume: where runs are (default: the profile's runs_dir)")
     # For programs that start the command line (launcher.client): data beside the human output.
     parser.add_argument("--events", type=int, metavar="FD", help="also write JSON lines (run_dir, queued, "
@@ -102,6 +105,9 @@ def main(argv: list[str] | None = None, job: bytes | None = None) -> int:
             from trainer.config import files  # (YAML: not for `--help` or the subcommands)
 
             files.use_stdin(job)
+            if args.resume is not None and args.rerun:
+                raise ConfigError(f"--rerun: --resume {args.resume} continues that run; submit without --resume "
+                                  f"for a new one")
             if args.resume is not None and args.function is not None:
                 raise ConfigError(f"--function {args.function}: --resume runs the function its run folder holds")
         if (code := over_ssh(parser, command, words, args)) is not None:

@@ -7,7 +7,7 @@ side reads that object back (launcher.request.wire: every field checked again as
 what only it can see (its data folder, the entrypoint's import from the synced project, the trackers'
 libraries, the runs folder, a function handed over from Python by value, carried inside the object:
 launcher.config.by_value, and the live cluster's limits: the plan's SLURM preflight), and sends exactly
-that object on the one path of every submission (launcher.commands.submit.execute), in the synced copy
+that object on the one path of every submission (launcher.commands.sending.execute), in the synced copy
 of the directory it was submitted from; the run folder it makes holds that function (0600), as a local
 submission's does. Its last line is the JSON the laptop reads: the result, or what was refused
 (`{"refused": {"error": ..., "details": ...}}`; the error line goes to standard error as everywhere).
@@ -21,7 +21,8 @@ import os
 from pathlib import Path
 
 from launcher.commands.console import ArgumentParser
-from launcher.commands.submit import NewRun, execute
+from launcher.commands.reuse import send_once
+from launcher.commands.sending import NewRun
 from launcher.config import checks
 from launcher.request import wire
 from trainer.config.schema import ConfigError
@@ -58,4 +59,9 @@ def received(path: Path) -> int:
         from launcher.config import by_value  # a function handed over from Python by value: only then
 
         by_value.planned(sub.profile, source, jobs, sub.run_dir, sub.function)
-    return execute(NewRun(sub, source, laptop_argv), dry=False, as_json=True)
+    from launcher.commands.main import submit_parser
+
+    args = submit_parser().parse_args(laptop_argv)  # (the laptop's words: --rerun, --wait)
+    # As data for the laptop; `--after` named the laptop's records, which the submission already holds as job ids.
+    args.json, args.after = True, None
+    return send_once(NewRun(sub, source, laptop_argv), args, laptop_argv)

@@ -20,12 +20,14 @@ from typing import Any
 from launcher.reports import pool_claims
 from launcher.cluster.jobids import base_id
 from launcher.commands.console import EXIT_OK, emit, relative
-from launcher.commands.submit import execute, wait_for_sweep
+from launcher.commands.sending import execute, wait_for_sweep
 from launcher.config.profile import PROFILE_FILES, Profile
 from launcher.config.resolve import parse_overrides, point, profile_overrides, runs_dir
+from launcher.request import channel
 from launcher.request.plan import Plan, check
 from launcher.request.submission import Submission, runs_as_pool
 from launcher.rundir import layout, record
+from launcher.rundir.claims import Claim
 from launcher.rundir.record import RecordedRun
 from launcher.rundir.states import ACTIVE, TaskState, task_states
 from trainer.config.files import deep_merge, renamed
@@ -73,6 +75,7 @@ class ResumePlan(Plan):
             self._update_tasks_file(overrides)
         record.update_record(info.run_dir, resumes=resumes, state=None, error=None, failed_rank=None, best=None,
                              **fields)
+        channel.tell("queued", run_dir=str(info.run_dir), job_ids=job_ids, reused=self.claim is not None)
 
     def _update_tasks_file(self, overrides: list[dict[str, Any]]) -> None:
         """tasks.json keeps each task's job as it last ran, so a later --resume starts from that."""
@@ -114,7 +117,11 @@ def _recorded_jobs(info: RecordedRun) -> dict[int, dict[str, Any]]:
                       f"version?), so its tasks cannot be rebuilt")
 
 
-def resume(args: argparse.Namespace, argv: list[str]) -> int:
+def resume(args: argparse.Namespace, argv: list[str], claim: Claim | None = None, profile: Profile | None = None
+           ) -> int:
+    """`--resume RUN`; or, from an identical new submission (launcher.commands.reuse), the run it continues under
+    the `claim` it holds, with its own resolved `profile` in place of the recorded one (a longer time limit, another
+    partition: what does not change the signature)."""
     overrides = parse_overrides(args.sets)
     if args.job is not None:  # it would be silently ignored: the run's own jobs are what is resubmitted
         raise ConfigError(f"--job {args.job}: --resume resubmits the run's recorded jobs; change one of their "
@@ -126,8 +133,9 @@ def resume(args: argparse.Namespace, argv: list[str]) -> int:
     run_dir = info.run_dir
     source = f"{run_dir / layout.RUN_FILE} (profile, with --set)"
     # A run recorded before `time`/`mem_per_task` had those names reads as well.
-    recorded = renamed(PROFILE_FILES, info.profile, source)
-    profile = build(Profile, {**recorded, **profile_overrides(overrides["profile"])}, source)
+    if profile is None:
+        recorded = renamed(PROFILE_FILES, info.profile, source)
+        profile = build(Profile, {**recorded, **profile_overrides(overrides["profile"])}, source)
     if args.wait:
         profile.wait = True
     if info.is_sweep and runs_as_pool(profile, True) != info.is_pool:  # its records are one runner's
@@ -156,4 +164,10 @@ def resume(args: argparse.Namespace, argv: list[str]) -> int:
     submitted_from = info.record.get("submit_dir")
     sub = check(profile, points, run_dir, info.is_sweep, source, args.after,
                 Path(submitted_from) if isinstance(submitted_from, str) and submitted_from else None).submission()
-    return execute(ResumePlan(sub, source, argv, info, todo, overrides["job"]), args.dry_run, args.json, args.when)
+    plan = ResumePlan(sub, source, argv, info, todo, overrides["job"])
+    plan.claim = claim
+    if args.when:
+        from launcher.commands.when import estimate
+
+        return estimate(plan, args.json)
+    return execute(plan, args.dry_run, args.json)

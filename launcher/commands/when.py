@@ -4,11 +4,15 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher.commands.console import EXIT_OK, emit
 from launcher.request.submission import Submission
 from launcher.request.when_variants import Variant, when
+
+if TYPE_CHECKING:
+    from launcher.request.over_ssh import SshPlan
+    from launcher.request.plan import Plan
 
 
 def start_text(start: float | None, now: float) -> str:
@@ -20,6 +24,13 @@ def start_text(start: float | None, now: float) -> str:
         return "now"
     clock = time.strftime("%H:%M" if wait_s < 12 * 3600 else "%Y-%m-%d %H:%M", time.localtime(start))
     return f"in {wait_s / 60:.0f} min ({clock})" if wait_s < 5400 else f"in {wait_s / 3600:.1f} h ({clock})"
+
+
+def estimate(plan: Plan | SshPlan, as_json: bool) -> int:
+    """`--when`: the plan's check, as a dry run's (launcher.commands.sending.execute), then SLURM's estimates;
+    nothing is queued. Asked before `--dry-run` where both are given: the estimate is what was asked."""
+    plan.preflight(True)
+    return report(plan.sub, as_json)
 
 
 def report(sub: Submission, as_json: bool) -> int:

@@ -1,6 +1,6 @@
 """Planning a submission: the first half of the one path every submission takes (a new run here or
 over SSH, `--resume`, and the cluster side of an SSH submission): plan -> check -> dry-run or send ->
-report (launcher.commands.submit.execute runs it; the verbs report).
+report (launcher.commands.sending.execute runs it; the verbs report).
 
 A plan is the submission as data plus what its run folder needs before and after sbatch. Nothing
 here sends at import time: `submit.py --dry-run` of a new run plans and shows, and never loads the
@@ -25,7 +25,7 @@ from launcher.config.profile import Profile
 from launcher.config.resolve import Point, resolve
 from launcher.request import channel
 from launcher.request.submission import Submission, build, moved
-from launcher.rundir import layout, record, snapshot
+from launcher.rundir import claims, layout, record, snapshot
 from trainer.config.job import JobConfig
 from trainer.config.schema import ConfigError
 
@@ -130,10 +130,13 @@ def new_run(args: argparse.Namespace) -> Checked:
 
 class Plan:
     """A submission sent from this machine and its run folder's bookkeeping: a new run (the verb's
-    `report`: launcher.commands.submit), or `--resume` (launcher.commands.resume overrides)."""
+    `report`: launcher.commands.sending), or `--resume` (launcher.commands.resume overrides)."""
 
     def __init__(self, sub: Submission, source: str, argv: list[str]) -> None:
         self.sub, self.source, self.argv = sub, source, argv
+        # The signature held from its lookup until this is queued (launcher.rundir.claims); None: none is (a dry
+        # run, a debug run, `--resume` of a run by name).
+        self.claim: claims.Claim | None = None
 
     def heading(self) -> str:
         """What a dry run says first."""
@@ -156,6 +159,8 @@ class Plan:
         self.prepare()
         sub = self.sub  # (prepare may have moved it to a free run folder name)
         jobs = send.send(sub, answer, on_queued=self.record)
+        if self.claim is not None:  # queued: the next identical submission may look, and finds it
+            self.claim.release()
         try:
             return self.report(jobs, as_json)
         finally:
@@ -169,6 +174,8 @@ class Plan:
         if claimed != self.sub.run_dir:
             self.sub = moved(self.sub, claimed)
         record.create(self.sub.run_dir, self.sub.describe(), ["submit.py", *self.argv])
+        if self.claim is not None:
+            self.claim.names(self.sub.run_dir)
         if self.sub.function is not None:  # a function handed over by value: what every rank calls
             from trainer.runners import pickled  # (only then)
 
@@ -191,7 +198,7 @@ class Plan:
         channel.tell("queued", run_dir=str(self.sub.run_dir), job_ids=job_ids)
 
     def report(self, jobs: list[Any], as_json: bool) -> int:
-        """After sending: what the user sees (launcher.commands.submit and .resume implement it)."""
+        """After sending: what the user sees (launcher.commands.sending and .resume implement it)."""
         raise NotImplementedError
 
 

@@ -55,6 +55,8 @@ point_log_path = pool_claims.point_log  # a pool point's log, under the worker (
 # The code snapshot (launcher.rundir.snapshot): the code the tasks import, your project's copy when it is
 # not this tool's checkout, and the note in code/ naming what was copied.
 SNAPSHOT_DIR, PROJECT_DIR, NOTE_FILE = "code", "project", "SNAPSHOT.json"
+# In a runs folder, beside its runs: which run is the run of each signature, and its claims (claims.py).
+SIGNATURES_DIR = ".signatures"
 
 
 # Room left in a run folder's name for the "-N" suffix of a second run in the same second.

@@ -1,5 +1,5 @@
 """Rank 0's output echoed live while the submitter waits for a local run on a terminal (the verbs
-start it: launcher.commands.submit).
+start it: launcher.commands.sending).
 
 The local executor writes each rank's stdout/stderr to log files, so rank 0's tqdm bar and its log
 lines would otherwise only be visible with `submit.py logs`. A thread reads what rank 0 appends to

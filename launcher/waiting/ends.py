@@ -1,6 +1,6 @@
 """Waiting for what `send` queued: a single run's job until every rank left its result, turned into
 one result or its failures, the root cause first (`wait`); a sweep's tasks as they end
-(`sweep_endings`). It returns data; the verbs report it (launcher.commands.submit). While slurmctld
+(`sweep_endings`). It returns data; the verbs report it (launcher.commands.sending). While slurmctld
 does not answer, a SLURM wait goes on (the ranks' results are read from the run folder; sacct's
 slurmdbd stays up) and says so once on stderr (launcher.cluster.slurm.controller).
 """

@@ -1,0 +1,127 @@
+"""Submitting what already exists answers with what exists (docs/signatures.md): before a new run is queued,
+its signature is looked up in the runs folder's index (launcher.rundir.claims), under a claim that the next
+identical submission waits for. What the index names decides:
+
+- a completed run: its result (a sweep: its summary), at once; nothing is queued;
+- a pending or running one: this submission follows it (`--wait`: until it ends, then its result);
+- a failed, cancelled or timed-out one: it is continued (`--resume` of that run, with this submission's
+  profile, so a longer `time` or another partition applies), each task from its newest checkpoint;
+- none (or `--rerun`): a new run, which the index then names.
+
+Every answer that queues nothing says so, is marked `"reused": true` in `--json` (and in the events a
+program that started this one reads: launcher.client), and exits as the run did (0 completed, 1 failed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from launcher.commands.console import EXIT_FAILED, EXIT_OK, emit, relative
+from launcher.commands.sending import NewRun, metrics_line
+from launcher.request import channel
+from launcher.rundir import claims, layout, record, restarts, results
+from launcher.rundir.record import RecordedRun
+from launcher.rundir.task_state import ACTIVE, TaskState
+
+POLL_S = 2.0
+RERUN_HINT = "--rerun runs it again"
+
+
+def send_once(plan: NewRun, args: argparse.Namespace, argv: list[str]) -> int:
+    """A new run checked and sent as `sending.execute` does, unless its signature's run exists in the runs folder:
+    then answered with that run (`answer`), the signature held from the lookup until what was decided is queued.
+    Here, and on the cluster side of a submission over SSH (`receive`), where the runs live."""
+    said = plan.preflight(False)  # first: a request the cluster refuses leaves nothing in the runs folder
+    signature = plan.sub.signatures.run
+    with claims.claim(plan.sub.run_dir.parent, signature) as held:
+        found = None if args.rerun else held.run()
+        if found is not None:
+            return answer(found, signature, args, argv, held, plan.sub.profile)
+        plan.claim = held
+        return plan.send(said, args.json)
+
+
+def answer(found: Path, signature: str, args: argparse.Namespace, argv: list[str], held: claims.Claim,
+           profile: Any) -> int:
+    """What this submission does about the run `found` of the same signature (see the module doc)."""
+    from launcher.rundir.states import task_states  # (the scheduler's answers: only when a run exists)
+
+    info = record.load_run(found)
+    states = task_states(info)
+    state = results.overall_state(states)
+    if state not in ACTIVE and state != "completed":
+        print(f"an identical run ended {state}: {relative(found)}; continuing it from its checkpoints "
+              f"({RERUN_HINT} from the start)", flush=True)
+        from launcher.commands.resume import resume  # (it queues: the sending code with it)
+
+        # Found by its folder in its runs folder: on the cluster side of an SSH submission the laptop's profile
+        # name means nothing.
+        again = argparse.Namespace(**{**vars(args), "resume": str(found), "sets": [], "job": None,
+                                      "runs_dir": str(found.parent)})
+        channel.tell("run_dir", run_dir=str(found))
+        return resume(again, argv, claim=held, profile=profile)
+    held.release()  # (nothing will be queued: the next identical submission may look now)
+    _tell(found, info, signature)
+    if state in ACTIVE:
+        print(f"an identical run is already {state}: {relative(found)} (signature {signature}); following it, "
+              f"nothing was queued ({RERUN_HINT})", flush=True)
+        if not profile.waits:
+            emit(f"follow with: python submit.py status {relative(found)}",
+                 {**_where(info, states), "state": state.upper(), "reused": True}, args.json)
+            return EXIT_OK
+        states = _until_ended(info)
+    else:
+        print(f"an identical run already completed: {relative(found)} (signature {signature}); nothing was "
+              f"queued ({RERUN_HINT})", flush=True)
+    return _report(info, states, args.json)
+
+
+def _tell(found: Path, info: RecordedRun, signature: str) -> None:
+    """The events a program that started this one waits for (launcher.client): which run, and that it exists."""
+    channel.tell("run_dir", run_dir=str(found))
+    channel.tell("queued", run_dir=str(found), job_ids=[ids[-1] for ids in info.task_jobs if ids], reused=True,
+                 signature=signature)
+
+
+def _where(info: RecordedRun, states: list[TaskState]) -> dict[str, Any]:
+    job_ids = [s.job_id for s in states]
+    return {"run_dir": str(info.run_dir), "job_id": job_ids[0] if job_ids else "", "job_ids": job_ids,
+            "tasks": len(states)}
+
+
+def _until_ended(info: RecordedRun) -> list[TaskState]:
+    from launcher.rundir.states import task_states
+
+    while True:
+        states = task_states(info)
+        if not any(s.state in ACTIVE for s in states):
+            return states
+        time.sleep(POLL_S)
+
+
+def _report(info: RecordedRun, states: list[TaskState], as_json: bool) -> int:
+    """The ended run's result as a fresh run's `--wait` reports it, marked as reused."""
+    summary = results.collect(info.run_dir, states, max_curves=None)
+    failed = [s for s in states if s.state != "completed"]
+    if info.is_sweep:
+        print((info.run_dir / layout.SUMMARY_MD).read_text(encoding="utf-8").rstrip(), flush=True)
+        payload = {**_where(info, states), "state": summary["state"].upper(), "counts": summary["counts"],
+                   "target_metric": summary["target_metric"], "best": summary["best"],
+                   "summary_csv": summary.get("summary_csv"), "reused": True}
+        emit("", payload, as_json)
+        return EXIT_FAILED if failed else EXIT_OK
+    ts = states[0]
+    counted = restarts.read(info.run_dir).as_json()
+    if failed:
+        print(f"error: the run {ts.state}: {ts.error or 'no error recorded'} (status {relative(info.run_dir)} "
+              f"says more)", file=sys.stderr)
+        emit("", {**_where(info, states), "state": ts.state.upper(), "failed_rank": ts.failed_rank,
+                  "error": ts.error, **counted, "reused": True}, as_json)
+        return EXIT_FAILED
+    result = {**(ts.result or {}), **_where(info, states), "state": "COMPLETED", **counted, "reused": True}
+    emit(f"run folder: {relative(info.run_dir)}\n{metrics_line(result)}", result, as_json)
+    return EXIT_OK
