@@ -115,8 +115,10 @@ def real_cifar10() -> Path | None:
 
 def submit(args: list[str], timeout: float = 1800) -> tuple[dict[str, Any], float, float]:
     """Run `python submit.py ARGS --json` from the repository root; returns (last JSON line, wall
-    seconds, the wall-clock time it started). Run folders go to the cache, not to the repo's runs/."""
-    cmd = [sys.executable, SUBMIT, *args, "--set", f"profile.runs_dir={CACHE / 'runs'}", "--json"]
+    seconds, the wall-clock time it started). Run folders go to the cache, not to the repo's runs/; each is a new
+    run (`--rerun`): a benchmark repeats identical runs on purpose, which would otherwise be answered at once."""
+    cmd = [sys.executable, SUBMIT, *args, "--set", f"profile.runs_dir={CACHE / 'runs'}", "--json",
+           *([] if "--resume" in args else ["--rerun"])]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     started = time.time()
     t0 = time.perf_counter()

@@ -39,7 +39,8 @@ from launcher.remote import sync, transport  # noqa: E402
 from launcher.remote.connection import Connection  # noqa: E402
 from launcher.rundir import snapshot  # noqa: E402
 
-HOLD = ["--set", "profile.sbatch_extra.begin=now+1hour", "--set", "job.epochs=1", "--json"]
+# (--rerun: each measured submission queues; an identical pending one would otherwise be followed, not queued.)
+HOLD = ["--set", "profile.sbatch_extra.begin=now+1hour", "--set", "job.epochs=1", "--json", "--rerun"]
 # On the login node: the same tool the SSH submission runs there, timed there (the ssh around it is not).
 LOGIN_TIMED = ("import json,subprocess,sys,time;t=time.perf_counter();"
                "p=subprocess.run(sys.argv[1:],capture_output=True,text=True);"

@@ -79,8 +79,12 @@ def timed_snapshot(repo: Path, runs: Path) -> tuple[float, float, float, int]:
 def submit(tool: Path, repo: Path, args: list[str]) -> tuple[float, subprocess.CompletedProcess[str]]:
     env = {**os.environ, "PYTHONPATH": str(tool)}
     env.pop("SLURM_CONF", None)
+    # A real submission is made again each time (`--rerun`: an identical one is otherwise answered with the first;
+    # a tool from before that has no --rerun and needs none).
+    rerun = "--dry-run" not in args and "--rerun" in (tool / "launcher/commands/main.py").read_text()
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, str(tool / "submit.py"), *args], cwd=repo, env=env,
+    proc = subprocess.run([sys.executable, str(tool / "submit.py"), *args, *(["--rerun"] if rerun else [])],
+                          cwd=repo, env=env,
                           capture_output=True, text=True)
     return time.perf_counter() - start, proc
 

@@ -53,7 +53,7 @@ def one_run(job: str, slurm: dict[str, str]) -> dict[str, float]:
     env = {**os.environ, **slurm, "PYTHONPATH": str(common.ROOT)}
     t0 = time.time()
     proc = subprocess.run([sys.executable, common.SUBMIT, "--profile", "dev-cluster", "--job", job,
-                           "--set", "job.epochs=1", "--set", f"profile.runs_dir={common.CACHE / 'runs'}", "--json"],
+                           "--set", "job.epochs=1", "--set", f"profile.runs_dir={common.CACHE / 'runs'}", "--json", "--rerun"],
                           capture_output=True, text=True, env=env, cwd=common.ROOT, timeout=300)
     sbatch_done = time.time()
     if proc.returncode != 0:

@@ -48,14 +48,22 @@ def run_submit(args: list[str], cwd: Path, timeout: float = 800, env: dict[str, 
                           timeout=timeout, env=full_env, input=stdin if stdin is not None else "")
 
 
+def the_run(runs: Path) -> Path:
+    """The one run folder in a runs folder (beside it, the runs folder's own index of signatures, `.signatures`)."""
+    (run_dir,) = [p for p in runs.iterdir() if not p.name.startswith(".")]
+    return run_dir
+
+
 def run_submits(arg_lists: list[list[str]], cwd: Path, timeout: float = 800,
-                env: dict[str, str] | None = None) -> list[subprocess.CompletedProcess[str]]:
+                env: dict[str, str] | None = None, rerun: bool = True) -> list[subprocess.CompletedProcess[str]]:
     """run_submit of each ARGS, all at once, in one `cwd` (each run gets its own folder in runs/). A test that
     compares a run with its uninterrupted twin starts both together: a lone 2-rank run leaves a core idle
     for seconds at its start, at each requeue and at its end, which the other run then uses, and the test
-    takes the longer of the two runs, not their sum."""
+    takes the longer of the two runs, not their sum. Twins have one signature (`interrupt_at` is not part of
+    it), so each is a new run (`--rerun`) unless `rerun=False`."""
     with ThreadPoolExecutor(len(arg_lists)) as pool:
-        return list(pool.map(lambda args: run_submit(args, cwd, timeout, env), arg_lists))
+        return list(pool.map(lambda args: run_submit([*args, *(["--rerun"] if rerun else [])], cwd, timeout, env),
+                             arg_lists))
 
 
 def submit_job(folder: Path, job_yaml: str, timeout: float = 800) -> subprocess.CompletedProcess[str]:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import run_submit, submit_job
+from tests.helpers import run_submit, submit_job, the_run
 
 SWEEP = "extends: digits\nepochs: 1\nsweep:\n  tasks:\n    - {lr: 0.05}\n    - {lr: 0.06, fail_at: '2:0'}\n"
 
@@ -28,7 +28,7 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
     where = tmp_path_factory.mktemp("pristine")
     proc = submit_job(where, SWEEP)
     assert proc.returncode == 1, proc.stdout + proc.stderr  # task 1 failed on purpose
-    (run_dir,) = (where / "runs").iterdir()
+    run_dir = the_run(where / "runs")
     assert (run_dir / "task-0000" / "result.json").is_file() and (run_dir / "tasks.json").is_file()
     return run_dir
 

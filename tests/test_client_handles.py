@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,11 +22,19 @@ from tests.helpers import wait_until
 TINY = "tests.userpkg.tiny:train"
 
 
-def test_state_and_wait_while_a_run_runs_then_after_it_ended(tmp_path: Path) -> None:
+@pytest.fixture
+def stop(tmp_path: Path) -> Iterator[Path]:
+    """The file a run trains until (tiny's `until_file`), made at teardown too: a test that failed halfway leaves
+    no run training for ever (under mutmut, a broken `cancel` or `state` left several)."""
+    path = tmp_path / "stop"
+    yield path
+    path.touch()
+
+
+def test_state_and_wait_while_a_run_runs_then_after_it_ended(tmp_path: Path, stop: Path) -> None:
     """A run that trains until a file appears: `state()` says running, `wait()` with a short timeout raises
     TimeoutError naming the run (the submitting handle through its engine, an attached one through `status`),
     and once it ended both handles wait, state and result alike."""
-    stop = tmp_path / "stop"
     run = submit(entrypoint=TINY, config={"until_file": str(stop), "epochs": 1000, "step_sleep_s": 0.01},
                  cwd=tmp_path)
     attached = attach(run.run_dir.name, cwd=tmp_path)
@@ -59,16 +68,28 @@ def test_state_and_wait_while_a_run_runs_then_after_it_ended(tmp_path: Path) -> 
         runs(cwd=tmp_path, signature="Run")
 
 
-def test_a_cancelled_run_ends_cancelled_and_its_result_says_so(tmp_path: Path) -> None:
-    run = submit(entrypoint=TINY, config={"until_file": str(tmp_path / "never"), "epochs": 1000, "step_sleep_s": 0.01},
-                 cwd=tmp_path)
+def test_a_cancelled_run_ends_cancelled_and_an_identical_submission_continues_it(tmp_path: Path, stop: Path) -> None:
+    """The same function and config submitted again (a notebook cell run twice, launcher.commands.reuse): while
+    the run runs, the new handle is that run's; once it was cancelled, it is continued in its own folder (a new
+    attempt, from its checkpoint where it has one) instead of started over in a new one."""
+    config = {"until_file": str(stop), "epochs": 1000, "step_sleep_s": 0.01}
+    run = submit(entrypoint=TINY, config=config, cwd=tmp_path)
+    assert not run.reused
     wait_until(lambda: run.state() == "running", 120, "the run to start", poll=0.2)
+    same = submit(entrypoint=TINY, config=config, cwd=tmp_path)
+    assert same.reused and same == run and same.state() == "running"
     run.cancel()
     (state,) = run.wait(timeout=120, poll_s=0.1)
     assert state["state"] == "cancelled" and run.state() == "cancelled"
     with pytest.raises(RunFailed) as raised:
         run.result(timeout=60)
     assert str(raised.value).startswith(f"{run.run_dir.name}: cancelled") and raised.value.state == state
+    again = submit(entrypoint=TINY, config=config, cwd=tmp_path)
+    assert again.reused and again == run
+    wait_until(lambda: again.state() == "running", 120, "the continued run to start", poll=0.2)
+    stop.touch()
+    assert "accuracy" in again.result(timeout=300) and [s["restarts"] for s in again.status()] == [1]
+    assert [p.name for p in (tmp_path / "runs").iterdir() if (p / RUN_FILE).is_file()] == [run.run_dir.name]
 
 
 def test_a_sweep_with_a_failed_point_then_its_rerun(tmp_path: Path) -> None:

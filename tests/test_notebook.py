@@ -68,7 +68,7 @@ def flaky(ctx, config):
 # Submitted together at the start, so that they run side by side (each test then waits for its own).
 SUBMITTED = '''
 run = submit(train)
-stopped = submit(train, sets=["job.interrupt_at=13"])
+stopped = submit(train, sets=["job.interrupt_at=13"], rerun=True)  # run's twin (one signature): a run of its own
 failing = submit(flaky, config={"fail_rank": 1})
 '''
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import ROOT, wait_until
+from tests.helpers import ROOT, the_run, wait_until
 
 pytestmark = pytest.mark.slurm
 
@@ -107,7 +107,7 @@ def test_interrupted_submission_is_recorded_for_status_resume_and_cancel(slurm_c
     proc = submit(*args, cwd=tmp_path, env=env)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr
-    (run_dir,) = (tmp_path / "runs").iterdir()
+    run_dir = the_run(tmp_path / "runs")
     record = json.loads((run_dir / "run.json").read_text())
     queued = [str(j) for j in record["job_ids"]]
     assert len(queued) == 2 and queued[0].split("_")[0] == queued[1].split("_")[0], record["job_ids"]

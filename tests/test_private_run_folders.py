@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT, run_submit
+from tests.helpers import ROOT, run_submit, the_run
 
 
 def submit_with_umask_000(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -48,7 +48,7 @@ def open_to_others(run_dir: Path) -> list[str]:
 def test_local_run_folder_is_private_under_umask_000(tmp_path: Path) -> None:
     proc = submit_with_umask_000(["--set", "job.epochs=1", "--json"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    (run_dir,) = (tmp_path / "runs").iterdir()
+    run_dir = the_run(tmp_path / "runs")
     assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700
     assert list(run_dir.glob("logs/*/*_result.pkl")), "no result pickles to check"
     assert (run_dir / "checkpoints").is_dir() or (run_dir / "model_final.pt").is_file()
@@ -79,7 +79,7 @@ def test_slurm_run_folder_is_private_under_umask_000(slurm_cluster: Path, tmp_pa
     proc = submit_with_umask_000(["--profile", "dev-cluster", "--set", "job.epochs=1", "--set",
                                   f"profile.runs_dir={tmp_path / 'runs'}", "--wait", "--json"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    (run_dir,) = (tmp_path / "runs").iterdir()
+    run_dir = the_run(tmp_path / "runs")
     assert list(run_dir.glob("logs/*/*_result.pkl")) and list(run_dir.glob("logs/*/*_log.out"))
     assert open_to_others(run_dir) == []
 
@@ -89,7 +89,7 @@ def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     where = tmp_path_factory.mktemp("finished")
     proc = run_submit(["--set", "job.epochs=1"], cwd=where)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    (run_dir,) = (where / "runs").iterdir()
+    run_dir = the_run(where / "runs")
     return run_dir
 
 

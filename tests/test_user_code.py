@@ -52,6 +52,27 @@ def test_user_function_trains_on_two_local_ranks_with_metrics_status_and_curves(
     human = run_submit(["status", str(run_dir)], cwd=tmp_path).stdout
     assert "accuracy" in human and f"{result['accuracy']:.4f}" in human
 
+    # The same submission again (a comment, a time limit and a log cadence are not what the run is): answered
+    # with this run at once, nothing queued (launcher.commands.reuse); `--rerun` makes a new run, the next answer.
+    (tmp_path / "tiny.yaml").write_text("# the same job\n" + JOB.replace("100000", "7"))
+    again = run_submit(["--job", "tiny.yaml", "--set", "profile.time=00:30:00", "--json"], cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    answered = last_json(again.stdout)
+    assert answered["reused"] is True and answered["run_dir"] == str(run_dir) and answered["state"] == "COMPLETED"
+    assert {k: answered[k] for k in ("accuracy", "steps", "world_size")} == {k: result[k] for k in
+                                                                          ("accuracy", "steps", "world_size")}
+    assert f"an identical run already completed: runs/{run_dir.name} (signature " in again.stdout
+    assert "nothing was queued (--rerun runs it again)" in again.stdout and "running tiny" not in again.stdout
+    assert [p.name for p in (tmp_path / "runs").iterdir() if (p / "run.json").is_file()] == [run_dir.name]
+    forced = run_submit(["--job", "tiny.yaml", "--rerun", "--json"], cwd=tmp_path)
+    assert forced.returncode == 0, forced.stderr[-3000:]
+    newer = last_json(forced.stdout)
+    assert "reused" not in newer and newer["run_dir"] != str(run_dir) and newer["accuracy"] == result["accuracy"]
+    latest = last_json(run_submit(["--job", "tiny.yaml", "--json"], cwd=tmp_path).stdout)
+    assert latest["run_dir"] == newer["run_dir"] and latest["reused"] is True
+    refused = run_submit(["--resume", str(run_dir), "--rerun"], cwd=tmp_path)
+    assert refused.returncode == 2 and refused.stderr.startswith("error: --rerun: --resume ") and not refused.stdout
+
 
 def test_user_function_runs_in_process_with_config_from_set(tmp_path: Path) -> None:
     (tmp_path / "tiny.yaml").write_text(JOB)
