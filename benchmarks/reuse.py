@@ -4,7 +4,7 @@
 
 Each round submits a fresh `--points`-point sweep (a grid over `seed`, one SLURM job array) to the dev cluster,
 held pending (`--begin` an hour away) so that it costs the cluster nothing, then submits the identical sweep
-again: the second is answered with the first (`"reused": true`, the same job id: nothing queued). Then it is
+again: the second is answered with the first (`"reused": true`, the same run folder and jobs: nothing queued). Then it is
 cancelled. Columns: the wall seconds of each `python submit.py` process, as a user waits for it, and their
 ratio. Goal: the second under 1 s.
 """
@@ -57,7 +57,7 @@ def main() -> None:
         first_s, first = submit(argv, env, work)
         again_s, again = submit(argv, env, work)
         subprocess.run(["scancel", str(first["job_id"])], env=env, check=False)
-        if again.get("reused") is not True or again.get("job_id") != first["job_id"] or "reused" in first:
+        if again.get("reused") is not True or again.get("run_dir") != first["run_dir"] or "reused" in first:
             raise SystemExit(f"the second submission was not answered with the first: {again}")
         firsts.append(first_s)
         seconds.append(again_s)
