@@ -22,6 +22,7 @@ from typing import Any
 
 from launcher.commands.console import EXIT_FAILED, EXIT_OK, emit, relative
 from launcher.commands.sending import NewRun, metrics_line
+from launcher.config.profile import Profile
 from launcher.request import channel
 from launcher.rundir import claims, layout, record, restarts, results
 from launcher.rundir.record import RecordedRun
@@ -46,7 +47,7 @@ def send_once(plan: NewRun, args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def answer(found: Path, signature: str, args: argparse.Namespace, argv: list[str], held: claims.Claim,
-           profile: Any) -> int:
+           profile: Profile) -> int:
     """What this submission does about the run `found` of the same signature (see the module doc)."""
     from launcher.rundir.states import task_states  # (the scheduler's answers: only when a run exists)
 
@@ -105,7 +106,8 @@ def _until_ended(info: RecordedRun) -> list[TaskState]:
 
 def _report(info: RecordedRun, states: list[TaskState], as_json: bool) -> int:
     """The ended run's result as a fresh run's `--wait` reports it, marked as reused."""
-    summary = results.collect(info.run_dir, states, max_curves=None)
+    # (No curve pictures drawn here: an answer that queues nothing should come at once; `status` draws them.)
+    summary = results.collect(info.run_dir, states, max_curves=0)
     failed = [s for s in states if s.state != "completed"]
     if info.is_sweep:
         print((info.run_dir / layout.SUMMARY_MD).read_text(encoding="utf-8").rstrip(), flush=True)
