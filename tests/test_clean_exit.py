@@ -31,7 +31,7 @@ def test_eight_concurrent_two_rank_jobs_all_complete_cleanly(slurm_cluster: Path
     name = f"clean-exit-{os.getpid()}"
     args = ["--profile", "dev-cluster", "--set", "profile.nodes=1", "--set", "profile.tasks_per_node=2",
             "--set", "job.epochs=2", "--set", f"job.name={name}", "--set", f"profile.runs_dir={tmp_path / 'runs'}",
-            "--json"]
+            "--json", "--rerun"]  # (eight runs: identical submissions at once would otherwise share one)
     procs = [subprocess.Popen([sys.executable, str(ROOT / "submit.py"), *args], cwd=tmp_path, env=env, text=True,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(JOBS)]
     submitted = []

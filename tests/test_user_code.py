@@ -59,8 +59,8 @@ def test_user_function_trains_on_two_local_ranks_with_metrics_status_and_curves(
     assert again.returncode == 0, again.stderr[-3000:]
     answered = last_json(again.stdout)
     assert answered["reused"] is True and answered["run_dir"] == str(run_dir) and answered["state"] == "COMPLETED"
-    assert {k: answered[k] for k in ("accuracy", "steps", "world_size")} == {k: result[k] for k in
-                                                                          ("accuracy", "steps", "world_size")}
+    same = ("accuracy", "steps", "world_size", "nodes")  # (the fresh result's shape: each rank's node too)
+    assert {k: answered[k] for k in same} == {k: result[k] for k in same}
     assert f"an identical run already completed: runs/{run_dir.name} (signature " in again.stdout
     assert "nothing was queued (--rerun runs it again)" in again.stdout and "running tiny" not in again.stdout
     assert [p.name for p in (tmp_path / "runs").iterdir() if (p / "run.json").is_file()] == [run_dir.name]

@@ -117,6 +117,16 @@ def _recorded_jobs(info: RecordedRun) -> dict[int, dict[str, Any]]:
                       f"version?), so its tasks cannot be rebuilt")
 
 
+def runner(is_pool: bool) -> str:
+    return "a pool" if is_pool else "a job array"
+
+
+def other_runner(info: RecordedRun, profile: Profile) -> bool:
+    """`profile` runs the recorded sweep otherwise than it ran (its records are one runner's: a pool's workers' or
+    an array's tasks'), so it cannot continue it."""
+    return info.is_sweep and runs_as_pool(profile, True) != info.is_pool
+
+
 def resume(args: argparse.Namespace, argv: list[str], claim: Claim | None = None, profile: Profile | None = None
            ) -> int:
     """`--resume RUN`; or, from an identical new submission (launcher.commands.reuse), the run it continues under
@@ -138,9 +148,9 @@ def resume(args: argparse.Namespace, argv: list[str], claim: Claim | None = None
         profile = build(Profile, {**recorded, **profile_overrides(overrides["profile"])}, source)
     if args.wait:
         profile.wait = True
-    if info.is_sweep and runs_as_pool(profile, True) != info.is_pool:  # its records are one runner's
+    if other_runner(info, profile):
         raise ConfigError(f"profile.sweep_runner: {profile.sweep_runner!r}: {run_dir} ran as "
-                          f"{'a pool' if info.is_pool else 'a job array'}, and --resume runs its tasks the same way")
+                          f"{runner(info.is_pool)}, and --resume runs its tasks the same way")
     states = task_states(info)
     todo = [s for s in states if s.state not in ACTIVE and s.state != "completed"]
     busy = [s for s in states if s.state in ACTIVE]

@@ -5,7 +5,8 @@ identical submission waits for. What the index names decides:
 - a completed run: its result (a sweep: its summary), at once; nothing is queued;
 - a pending or running one: this submission follows it (`--wait`: until it ends, then its result);
 - a failed, cancelled or timed-out one: it is continued (`--resume` of that run, with this submission's
-  profile, so a longer `time` or another partition applies), each task from its newest checkpoint;
+  profile, so a longer `time` or another partition applies), each task from its newest checkpoint; unless this
+  submission runs the sweep with the other runner (`sweep_runner`), which makes a new run;
 - none (or `--rerun`): a new run, which the index then names.
 
 Every answer that queues nothing says so, is marked `"reused": true` in `--json` (and in the events a
@@ -25,6 +26,7 @@ from launcher.commands.sending import NewRun, metrics_line
 from launcher.config.profile import Profile
 from launcher.request import channel
 from launcher.rundir import claims, layout, record, restarts, results
+from launcher.rundir.outcomes import nodes_of, read_outcomes
 from launcher.rundir.record import RecordedRun
 from launcher.rundir.task_state import ACTIVE, TaskState
 
@@ -40,25 +42,30 @@ def send_once(plan: NewRun, args: argparse.Namespace, argv: list[str]) -> int:
     signature = plan.sub.signatures.run
     with claims.claim(plan.sub.run_dir.parent, signature) as held:
         found = None if args.rerun else held.run()
-        if found is not None:
-            return answer(found, signature, args, argv, held, plan.sub.profile)
+        answered = None if found is None else answer(found, signature, args, argv, held, plan.sub.profile)
+        if answered is not None:
+            return answered
         plan.claim = held
         return plan.send(said, args.json)
 
 
 def answer(found: Path, signature: str, args: argparse.Namespace, argv: list[str], held: claims.Claim,
-           profile: Profile) -> int:
-    """What this submission does about the run `found` of the same signature (see the module doc)."""
+           profile: Profile) -> int | None:
+    """What this submission does about the run `found` of the same signature (see the module doc); None: it is
+    sent as a new run after all (the ended run cannot be continued the way this submission runs)."""
+    from launcher.commands.resume import other_runner, resume, runner  # (it queues: the sending code with it)
     from launcher.rundir.states import task_states  # (the scheduler's answers: only when a run exists)
 
     info = record.load_run(found)
     states = task_states(info)
     state = results.overall_state(states)
     if state not in ACTIVE and state != "completed":
+        if other_runner(info, profile):  # (a user who switched runners asks for a run of the new kind)
+            print(f"an identical run ended {state}: {relative(found)}; it ran as {runner(info.is_pool)} and this "
+                  f"submission runs its sweep as {runner(not info.is_pool)}: a new run", flush=True)
+            return None
         print(f"an identical run ended {state}: {relative(found)}; continuing it from its checkpoints "
               f"({RERUN_HINT} from the start)", flush=True)
-        from launcher.commands.resume import resume  # (it queues: the sending code with it)
-
         # Found by its folder in its runs folder: on the cluster side of an SSH submission the laptop's profile
         # name means nothing.
         again = argparse.Namespace(**{**vars(args), "resume": str(found), "sets": [], "job": None,
@@ -124,6 +131,10 @@ def _report(info: RecordedRun, states: list[TaskState], as_json: bool) -> int:
         emit("", {**_where(info, states), "state": ts.state.upper(), "failed_rank": ts.failed_rank,
                   "error": ts.error, **counted, "reused": True}, as_json)
         return EXIT_FAILED
-    result = {**(ts.result or {}), **_where(info, states), "state": "COMPLETED", **counted, "reused": True}
+    # The nodes, as a fresh run's `--wait` adds them to rank 0's result (from every rank's).
+    returned = [value for _, (kind, value) in sorted(read_outcomes(info.run_dir, ts.job_id, nodes=True).items())
+                if kind == "success"]
+    result = {**(ts.result or {}), "nodes": nodes_of(returned), **_where(info, states), "state": "COMPLETED",
+              **counted, "reused": True}
     emit(f"run folder: {relative(info.run_dir)}\n{metrics_line(result)}", result, as_json)
     return EXIT_OK

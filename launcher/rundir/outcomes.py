@@ -26,10 +26,21 @@ def error_text(text: str, default: str = "error") -> tuple[str, str]:
     return last_line(traceback_body(str(text)), default), str(text).strip()
 
 
+def nodes_of(returned: list[Any]) -> list[str]:
+    """The node each rank ran on, in rank order, from the results the job's tasks returned (one per rank; in the
+    torchrun shape one per node, naming its ranks' nodes under RANK_NODES, which is taken out of them here)."""
+    per_rank = [r.pop(RANK_NODES, None) if isinstance(r, dict) else None for r in returned]
+    if per_rank and all(isinstance(p, dict) for p in per_rank):
+        places = {int(rank): node for p in per_rank for rank, node in p.items()}  # type: ignore[union-attr]
+        return [places[rank] for rank in sorted(places)]
+    return [str(r.get("node", "")) if isinstance(r, dict) else "" for r in returned]
+
+
 def read_outcomes(run_dir: Path, job_id: str,
-                  files: dict[str, os.DirEntry[str]] | None = None) -> dict[int, tuple[str, Any]]:
+                  files: dict[str, os.DirEntry[str]] | None = None, nodes: bool = False) -> dict[int, tuple[str, Any]]:
     """Each rank's ("success", result) or ("error", traceback) from submitit's result pickles
-    (`files`: the job folder's listing, layout.job_files, if the caller has it)."""
+    (`files`: the job folder's listing, layout.job_files, if the caller has it; `nodes`: a torchrun node task's
+    result keeps the nodes of its ranks, for nodes_of)."""
     out: dict[int, tuple[str, Any]] = {}
     files = job_files(run_dir, job_id) if files is None else files
     names = result_pickle_names(job_id, files)
@@ -42,7 +53,7 @@ def read_outcomes(run_dir: Path, job_id: str,
                 kind, value = pickle.load(fh)
         except Exception:  # noqa: BLE001, S112 - a half-written or foreign pickle tells us nothing
             continue
-        if isinstance(value, dict):  # a torchrun node task's own ranks: `--wait` reads them (waiting.wait)
+        if isinstance(value, dict) and not nodes:  # a torchrun node task's own ranks: for nodes_of
             value.pop(RANK_NODES, None)
         if rank.isdigit():
             out[int(rank)] = (str(kind), value)

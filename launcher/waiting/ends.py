@@ -21,10 +21,9 @@ from launcher.cluster.slurm.allocation import step_state
 from launcher.cluster.slurm.controller import Outage, Unreachable
 from launcher.rundir import record, results
 from launcher.reports.rank_notes import rank_failures, rank_notes
-from launcher.rundir.outcomes import error_text, raised_by_ranks, succeeded
+from launcher.rundir.outcomes import error_text, nodes_of, raised_by_ranks, succeeded
 from launcher.rundir.record import RecordedRun
 from launcher.rundir.states import ACTIVE, TaskState, task_states
-from trainer.runners.envelope import RANK_NODES
 
 
 @dataclass
@@ -184,15 +183,8 @@ def wait(job: Any, poll_s: float = 1.0, force_every_s: float = 5.0, grace_s: flo
         if run_dir is not None:
             failures, times = raised_by_ranks(failures, run_dir, set(range(len(tasks))) - {f[0] for f in failures})
         return Outcome(None, root_cause_first(failures, first_dead, times=times))
-    # torchrun shape: each node task returns one result for all its ranks, with their nodes.
-    per_rank = [r.pop(RANK_NODES, None) if isinstance(r, dict) else None for r in returned]
-    result = dict(returned[0])
-    if all(isinstance(p, dict) for p in per_rank):
-        places = {int(rank): node for p in per_rank for rank, node in p.items()}
-        result["nodes"] = [places[rank] for rank in sorted(places)]
-    else:
-        result["nodes"] = [r.get("node", "") for r in returned]
-    return Outcome(result)
+    nodes = nodes_of(returned)
+    return Outcome({**returned[0], "nodes": nodes})
 
 
 def sweep_tasks(info: RecordedRun, jobs: list[Any]) -> list[int]:
