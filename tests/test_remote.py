@@ -129,6 +129,14 @@ def test_digits_trains_on_two_nodes_through_the_login(laptop: Laptop) -> None:
     assert sent and "sent to mylab:" in sent[0]
     (record,) = laptop.records()
     assert json.loads((record / "remote.json").read_text())["job_ids"] == [str(result["job_id"])]
+    # The identical submission again: answered where the runs live with that run, nothing queued, the same result;
+    # here its one local record is named, and no second is left (the tests below list one).
+    again = laptop.run("--profile", "mylab.yaml", "--set", "job.epochs=2", "--wait", "--json")
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    answered = json.loads(again.stdout.strip().splitlines()[-1])
+    assert answered["reused"] is True and answered["job_id"] == result["job_id"], answered
+    assert answered["nodes"] == result["nodes"] and answered["test_accuracy"] == result["test_accuracy"]
+    assert f"its local record: {record}" in again.stdout and laptop.records() == [record]
 
 
 def test_status_logs_and_list_from_the_laptop(laptop: Laptop) -> None:

@@ -236,7 +236,9 @@ def _start(cls: type[Run], profile: Any, job: str | None, data: dict[str, Any], 
     engine = Engine(args, workdir, json.dumps(data) if job is None else None, blob,
                     here=_runs_here(str(profile), sets, workdir))
     said = engine.wait_for("queued", "refused", "failed")
-    run_dir = next((e.get("run_dir") for e in engine.events if e.get("event") == "run_dir"), None)
+    # (The run queued names it: over SSH an identical run's answer names its own local record, not this one's.)
+    run_dir = said.get("run_dir") if said is not None and said["event"] == "queued" else None
+    run_dir = run_dir or next((e.get("run_dir") for e in engine.events if e.get("event") == "run_dir"), None)
     if said is None or said["event"] != "queued" or run_dir is None:
         engine.wait()
         error = SubmitError(engine.said())

@@ -93,7 +93,7 @@ class ResumePlan(Plan):
         human = (f"resubmitted {len(tasks)} task(s) of {relative(run_dir)} ({', '.join(map(str, tasks))}) as "
                  f"job(s) {', '.join(new_ids)}\nfollow with: python submit.py status {relative(run_dir)}")
         emit(human, {"run_dir": str(run_dir), "resubmitted": tasks, "job_ids": new_ids,
-                     "job_id": base_id(new_ids[0])}, as_json)
+                     "job_id": base_id(new_ids[0]), **({"reused": True} if self.claim is not None else {})}, as_json)
         return EXIT_OK
 
 

@@ -126,11 +126,18 @@ class SshPlan:
         if last and not last.startswith("{"):
             self.say(last)
         result = _parsed(last)
+        earlier = _record_of(local, kept.login, str(result.get("run_dir") or "")) if result.get("reused") else None
+        if earlier is not None:  # one run, one record here: this submission's is dropped for the one kept
+            shutil.rmtree(local, ignore_errors=True)
+            local, kept = earlier
+            self.local = local
+            channel.tell("run_dir", run_dir=str(local), remote_run_dir=kept.remote_run_dir)
+            self.say(f"its local record: {local}")
         if result.get("job_ids") or result.get("job_id"):
-            kept.job_ids = [str(i) for i in result.get("job_ids") or [result["job_id"]]]
+            kept.job_ids = [str(i) for i in result.get("job_ids") or [result["job_id"]]]  # (reused: its newest)
             kept.remote_run_dir = str(result.get("run_dir") or kept.remote_run_dir)  # (a name taken there)
             ssh_record.write_remote_record(local, kept)
-            channel.tell("queued", run_dir=str(local), job_ids=kept.job_ids)
+            channel.tell("queued", run_dir=str(local), job_ids=kept.job_ids, reused=bool(result.get("reused")))
         if code == EXIT_BAD_INPUT and not kept.job_ids:
             shutil.rmtree(local, ignore_errors=True)  # refused there (its error line said why): nothing queued
             # What it refused, as data (receive's last line), for a program that started this one.
@@ -146,6 +153,21 @@ class SshPlan:
             if as_json:
                 self.say(last)
         return code
+
+
+def _record_of(local: Path, login: str, remote_run_dir: str) -> tuple[Path, ssh_record.RemoteRun] | None:
+    """The local record, beside `local`, of the run `remote_run_dir` that the cluster side answered an identical
+    submission with (launcher.commands.reuse); None where this machine has none (submitted from elsewhere)."""
+    for folder in sorted(local.parent.iterdir()):
+        if folder == local or folder.name.startswith("."):
+            continue
+        try:
+            kept = ssh_record.read_remote_record(folder)
+        except ConfigError:  # (a damaged record is not the one: `list` names it)
+            continue
+        if kept is not None and kept.login == login and kept.remote_run_dir == remote_run_dir:
+            return folder, kept
+    return None
 
 
 def _parsed(line: str) -> dict[str, Any]:
