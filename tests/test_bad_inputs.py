@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import run_submit
+from tests.helpers import ROOT, run_submit
 
 # (id, files to write {relative name: text}, arguments, substrings the error must contain)
 CASES = [
@@ -494,3 +496,15 @@ def test_a_set_value_with_a_hash_is_taken_literally_where_the_key_holds_text(tmp
     shown = json.loads(proc.stdout.strip().splitlines()[-1])
     assert shown["profile"]["env"]["NOTE"] == "run #3" and shown["profile"]["env"]["TAG"] == "&a x"
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("args, named", [(["--runs", "0"], "--runs"), (["--parallel", "-3"], "--parallel")])
+def test_the_chaos_soak_refuses_a_count_that_is_not_one_before_it_starts(tmp_path: Path, args: list[str],
+                                                                         named: str) -> None:
+    """Benchmark command lines (issue 43): `benchmarks/chaos.py --runs 0` started the soak and ended in a
+    traceback; a count is at least 1, refused in one argparse line (exit 2) before anything runs."""
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "chaos.py"), *args], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120, check=False)
+    last = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 2 and "Traceback" not in done.stderr and not done.stdout, done.stderr
+    assert last.startswith(f"chaos.py: error: argument {named}: ") and "a whole number of at least 1" in last, last
