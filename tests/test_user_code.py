@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -70,6 +71,9 @@ def test_user_function_trains_on_two_local_ranks_with_metrics_status_and_curves(
     assert "reused" not in newer and newer["run_dir"] != str(run_dir) and newer["accuracy"] == result["accuracy"]
     latest = last_json(run_submit(["--job", "tiny.yaml", "--json"], cwd=tmp_path).stdout)
     assert latest["run_dir"] == newer["run_dir"] and latest["reused"] is True
+    shutil.rmtree(tmp_path / "runs" / ".signatures")  # as runs made before the index: named in it at the next look
+    earlier = last_json(run_submit(["--job", "tiny.yaml", "--json"], cwd=tmp_path).stdout)
+    assert earlier["run_dir"] == newer["run_dir"] and earlier["reused"] is True, earlier
     refused = run_submit(["--resume", str(run_dir), "--rerun"], cwd=tmp_path)
     assert refused.returncode == 2 and refused.stderr.startswith("error: --rerun: --resume ") and not refused.stdout
 

@@ -10,6 +10,9 @@ lock of a process that dies (on NFS, the lock manager does), so a submitter kill
 a signature for ever; no stale-claim rule is needed. What holds the lock writes who it is into the lock file,
 for the waiting message only.
 
+A runs folder that has runs but no index yet (its runs were made before there was one) gets one the first time
+a submission looks: each signature its records hold names its newest run, so those runs are answered too.
+
 A claim that made nothing (refused by sbatch, interrupted) leaves nothing: the index as it was, and no lock file
 or folder that was not there before. A lock file is removed only by its holder, and a taker checks, once it
 holds the lock, that the file it locked is still the one at that path (else it locked a removed one, and
@@ -92,9 +95,12 @@ def claim(runs_root: Path, signature: str, say: bool = True) -> Iterator[Claim]:
     submission holds it (telling so on standard error every WAIT_NOTE_S)."""
     folder = runs_root / SIGNATURES_DIR
     made_root = not runs_root.exists()
+    earlier = not made_root and not folder.exists()  # a runs folder from before the index: its runs named once
     fd = _take(folder, folder / f"{signature}.lock", say)
     os.ftruncate(fd, 0)
     os.pwrite(fd, json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "time": time.time()}).encode(), 0)
+    if earlier:
+        _name_earlier_runs(runs_root, folder)
     held = Claim(folder, signature, fd)
     try:
         yield held
@@ -103,6 +109,38 @@ def claim(runs_root: Path, signature: str, say: bool = True) -> Iterator[Claim]:
         if made_root:  # a refused first submission leaves no runs folder either
             with contextlib.suppress(OSError):
                 runs_root.rmdir()
+
+
+def _name_earlier_runs(runs_root: Path, folder: Path) -> None:
+    """Name in the index the runs that `runs_root` held before it had one (their records have signatures: `list
+    --same-as` finds them), the newest of each signature, so that submitting one of them again answers with it.
+    Each entry is made whole or not at all, and one that another submitter made meanwhile is kept."""
+    from launcher.rundir.record import load_run, run_folders  # (only once per runs folder)
+    from launcher.rundir.record_types import signature as malformed
+
+    named: set[str] = set()
+    for run_dir in run_folders(runs_root):  # newest first
+        try:
+            info = load_run(run_dir)
+        except (OSError, ValueError, KeyError, TypeError):  # (an unreadable record names nothing; `list` shows it)
+            continue
+        signature = info.signature
+        # (A debug run is never answered, as a submission to the debug executor never looks: it is where you stop.)
+        if not signature or signature in named or malformed(signature) is not None or info.executor == "debug":
+            continue
+        named.add(signature)
+        partial = folder / f".{signature}.json.{os.getpid()}"
+        partial.write_bytes(json.dumps({"run": run_dir.name}).encode() + b"\n")
+        index = folder / f"{signature}.json"
+        try:
+            os.link(partial, index)
+        except FileExistsError:
+            pass
+        except OSError:  # a file system without hard links: replaced instead, unless made meanwhile
+            if not index.exists():
+                _write(index, partial.read_bytes())
+        finally:
+            partial.unlink(missing_ok=True)
 
 
 def _take(folder: Path, lock: Path, say: bool) -> int:
