@@ -129,16 +129,16 @@ def _name_earlier_runs(runs_root: Path, folder: Path) -> None:
         if not signature or signature in named or malformed(signature) is not None or info.executor == "debug":
             continue
         named.add(signature)
-        partial = folder / f".{signature}.json.{os.getpid()}"
-        partial.write_bytes(json.dumps({"run": run_dir.name}).encode() + b"\n")
-        index = folder / f"{signature}.json"
+        data = json.dumps({"run": run_dir.name}).encode() + b"\n"
+        partial, index = folder / f".{signature}.json.{os.getpid()}", folder / f"{signature}.json"
+        partial.write_bytes(data)
         try:
             os.link(partial, index)
         except FileExistsError:
             pass
         except OSError:  # a file system without hard links: replaced instead, unless made meanwhile
             if not index.exists():
-                _write(index, partial.read_bytes())
+                _write(index, data)
         finally:
             partial.unlink(missing_ok=True)
 
