@@ -11,6 +11,7 @@ import csv
 import datetime
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -19,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from launcher.rundir.layout import SIGNATURES_DIR
 from tests.helpers import ROOT, SUBMIT, last_json, run_submit, wait_until
 
 pytestmark = pytest.mark.slurm
@@ -309,6 +311,42 @@ def test_status_does_not_import_torch(six_task_sweep: dict[str, Any]) -> None:
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "False", "status/list imported torch"
+
+
+def test_a_grown_grid_queues_one_array_of_its_new_points_and_its_summary_has_them_all(
+    six_task_sweep: dict[str, Any]
+) -> None:
+    """The six-point grid with a fourth lr: its two new points are the only ones queued (one array of 2), and
+    its summary has all eight, the six earlier ones from the first sweep's folder, named there. The point index
+    is removed first, as in a runs folder from before it: the first lookup makes it again."""
+    cwd, first = six_task_sweep["cwd"], Path(six_task_sweep["payload"]["run_dir"])
+    shutil.rmtree(cwd / "runs" / SIGNATURES_DIR / "points")
+    grown = write(cwd, "grown.yaml", SIX_TASKS.replace("lr: [0.01, 0.05, 0.1]", "lr: [0.01, 0.05, 0.1, 0.2]"))
+    args = [*PROFILE, "--job", grown, *ONE_NODE, "--json"]
+    done = run_submit([*args, "--wait"], cwd, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"6 of the sweep's 8 point(s) already completed in {first.name}" in done.stdout, done.stdout[-2000:]
+    run_dir = Path(last_json(done.stdout)["run_dir"])
+    task_jobs = json.loads((run_dir / "run.json").read_text())["task_jobs"]
+    queued = {t: ids for t, ids in enumerate(task_jobs) if ids}
+    assert sorted(queued) == [6, 7], task_jobs  # lr 0.2 is the grid's last value: its points are the last two
+    base = {ids[0].split("_")[0] for ids in queued.values()}
+    rows_sacct = sacct_rows([ids[0] for ids in queued.values()])  # (every element of that array)
+    assert len(base) == 1 and sorted(rows_sacct) == sorted(ids[0] for ids in queued.values()), rows_sacct
+    header, rows = read_summary(run_dir)
+    assert len(rows) == 8 and all(r["state"] == "completed" for r in rows) and "reused_from" in header
+    _, before = read_summary(first)
+    earlier = {(r["lr"], r["batch_size_per_rank"]): r for r in before}
+    for row in rows:
+        if float(row["lr"]) == 0.2:
+            assert row["reused_from"] == "" and row["job_id"] in rows_sacct
+            continue
+        came = earlier[(row["lr"], row["batch_size_per_rank"])]
+        assert row["reused_from"] == f"{first.name}/task-{int(came['task']):04d}"
+        assert (row["test_accuracy"], row["job_id"]) == (came["test_accuracy"], came["job_id"])
+    assert [line["task"] for line in status_json(str(run_dir), cwd)] == list(range(8))
+    again = run_submit(args, cwd, timeout=120)  # the grown sweep itself, now done: answered, nothing queued
+    assert last_json(again.stdout)["reused"] is True and last_json(again.stdout)["run_dir"] == str(run_dir)
 
 
 # ----- a failing task, then --resume ---------------------------------------------------------------

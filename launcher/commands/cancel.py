@@ -89,6 +89,9 @@ def _cancel_task(info: RecordedRun, states: list[TaskState], task: int) -> int:
         raise ConfigError(f"task-{task:04d}: this run has tasks 0..{len(states) - 1}")
     where = relative(info.task_dir(task))
     ts = states[task]
+    if ts.reused:  # (another run computed it: nothing of this run runs it, and its pool must not be told otherwise)
+        print(f"nothing to cancel: {where} is {ts.state}, reused from {ts.reused}", flush=True)
+        return EXIT_OK
     if info.is_pool:
         from launcher.reports import pool_claims
 

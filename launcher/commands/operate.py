@@ -136,7 +136,8 @@ def _status_text(info: RecordedRun, states: list[TaskState], summary: dict[str, 
                      f"{value:.4f}" if isinstance(value, (int, float)) else "-",
                      *([cost_cell(costs.get(ts.task))] if costs else []), overrides_text(ts.overrides),
                      (f"rank {ts.failed_rank}: " if ts.failed_rank is not None else "") + ts.error
-                     + (f"waiting: {waiting_text(ts)}" if ts.waiting else "") + broken])
+                     + (f"waiting: {waiting_text(ts)}" if ts.waiting else "") + broken
+                     + (f"reused from {ts.reused}" if ts.reused and not ts.error else "")])
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     lines = [head] + ["  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1] for r in rows]
     if info.signature:
@@ -188,6 +189,12 @@ def logs(args: argparse.Namespace) -> int:
     task_jobs = info.task_jobs
     if not 0 <= args.task < len(task_jobs):
         raise ConfigError(f"--task {args.task}: this run has tasks 0..{len(task_jobs) - 1}")
+    came = info.reused.get(args.task)
+    origin = run_dir.parent / str(came.get("run")) if came else None
+    if came and origin is not None and (origin / layout.RUN_FILE).is_file():  # a point reused: its logs are its run's
+        print(f"task {args.task} was computed by {relative(origin)}, task {came.get('task')}: its logs",
+              file=sys.stderr, flush=True)
+        return logs(argparse.Namespace(**{**vars(args), "run": str(origin), "task": int(came.get("task") or 0)}))
     history = task_states(info)[args.task].job_history if info.is_pool else task_jobs[args.task]
     if not history:
         raise ConfigError(f"--task {args.task}: that task was never submitted")

@@ -26,7 +26,7 @@ from launcher.config.resolve import parse_overrides, point, profile_overrides, r
 from launcher.request import channel
 from launcher.request.plan import Plan, check
 from launcher.request.submission import Submission, runs_as_pool
-from launcher.rundir import layout, record
+from launcher.rundir import layout, record, reused
 from launcher.rundir.claims import Claim
 from launcher.rundir.record import RecordedRun
 from launcher.rundir.states import ACTIVE, TaskState, task_states
@@ -73,6 +73,9 @@ class ResumePlan(Plan):
             fields.update(sweep_overrides=overrides,
                           submitted_overrides=before.get("submitted_overrides") or before.get("sweep_overrides"))
             self._update_tasks_file(overrides)
+        if any(t.task in info.reused for t in self.todo):  # (a reused point whose result is gone: run here now)
+            fields[reused.RECORD_KEY] = {str(t): came for t, came in info.reused.items()
+                                         if t not in {ts.task for ts in self.todo}}
         record.update_record(info.run_dir, resumes=resumes, state=None, error=None, failed_rank=None, best=None,
                              **fields)
         channel.tell("queued", run_dir=str(info.run_dir), job_ids=job_ids, reused=self.claim is not None)

@@ -7,7 +7,8 @@ identical submission waits for. What the index names decides:
 - a failed, cancelled or timed-out one: it is continued (`--resume` of that run, with this submission's
   profile, so a longer `time` or another partition applies), each task from its newest checkpoint; unless this
   submission runs the sweep with the other runner (`sweep_runner`), which makes a new run;
-- none (or `--rerun`): a new run, which the index then names.
+- none (or `--rerun`): a new run, which the index then names; a new sweep queues only the points that no run
+  completed (`completed_points`; the others are brought into its folder: launcher.rundir.reused).
 
 Every answer that queues nothing says so, is marked `"reused": true` in `--json` (and in the events a
 program that started this one reads: launcher.client), and exits as the run did (0 completed, 1 failed).
@@ -25,7 +26,7 @@ from launcher.commands.console import EXIT_FAILED, EXIT_OK, emit, relative
 from launcher.commands.sending import NewRun, metrics_line
 from launcher.config.profile import Profile
 from launcher.request import channel
-from launcher.rundir import claims, layout, record, restarts, results
+from launcher.rundir import claims, layout, record, restarts, results, reused
 from launcher.rundir.outcomes import nodes_of, read_outcomes
 from launcher.rundir.record import RecordedRun
 from launcher.rundir.task_state import ACTIVE, TaskState
@@ -45,8 +46,58 @@ def send_once(plan: NewRun, args: argparse.Namespace, argv: list[str]) -> int:
         answered = None if found is None else answer(found, signature, args, argv, held, plan.sub.profile)
         if answered is not None:
             return answered
+        if plan.sub.is_sweep and not args.rerun:  # a new sweep: only the points no run has completed are queued
+            plan.reused = completed_points(plan.sub.run_dir.parent, plan.sub.signatures.tasks)
+            if plan.reused:
+                origins = sorted({found.origin.rpartition("/")[0] for found in plan.reused.values()})
+                print(f"{len(plan.reused)} of the sweep's {len(plan.sub.tasks)} point(s) already completed in "
+                      f"{', '.join(origins)}: those are taken from there, the other "
+                      f"{len(plan.sub.tasks) - len(plan.reused)} queued (--rerun runs them all again)", flush=True)
         plan.claim = held
+        if len(plan.reused) == len(plan.sub.tasks):  # (a grid shrunk or reordered: its folder is made of them)
+            plan.prepare()
+            held.release()
+            return answer_made(plan.sub.run_dir, signature, args.json)
         return plan.send(said, args.json)
+
+
+def completed_points(runs_root: Path, signatures: list[str]) -> dict[int, reused.Found]:
+    """The points of a new sweep (`signatures`, in task order) that a run of `runs_root` completed, by task."""
+    from launcher.rundir.states import task_states  # (the scheduler's answers: only where a point is named)
+
+    wanted: dict[Path, list[tuple[int, int, str]]] = {}
+    for task, signature in enumerate(signatures):
+        named = claims.point(runs_root, signature)
+        if named is not None:
+            wanted.setdefault(named[0], []).append((task, named[1], signature))
+    found: dict[int, reused.Found] = {}
+    for run_dir, points in wanted.items():
+        try:
+            info = record.load_run(run_dir)
+        except (OSError, ValueError, KeyError, TypeError):  # (an unreadable record gives nothing: `list` shows it)
+            continue
+        if info.executor == "debug":  # (never answered: a debug run is where you stop in pdb)
+            continue
+        states = task_states(info)
+        for task, theirs, signature in points:
+            if theirs >= len(states) or info.task_signature(theirs) != signature:
+                continue  # (an index entry from before that task was what it is now)
+            ts = states[theirs]
+            result = ts.result or record.read_optional(ts.task_dir / layout.RESULT_FILE)
+            if ts.state == "completed" and result is not None:
+                found[task] = reused.Found(run_dir.name, theirs, ts)
+    return found
+
+
+def answer_made(run_dir: Path, signature: str, as_json: bool) -> int:
+    """A new sweep made only of points that earlier runs completed: answered as an identical run is."""
+    from launcher.rundir.states import task_states
+
+    info = record.load_run(run_dir)
+    _tell(run_dir, info, signature)
+    print(f"every point of this sweep already completed in earlier runs: {relative(run_dir)} is made of them; "
+          f"nothing was queued ({RERUN_HINT})", flush=True)
+    return _report(info, task_states(info), as_json)
 
 
 def answer(found: Path, signature: str, args: argparse.Namespace, argv: list[str], held: claims.Claim,

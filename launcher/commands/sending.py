@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,10 +21,10 @@ import yaml
 from launcher.cluster import jobids
 from launcher.cluster.preflights import Answer
 from launcher.commands.console import EXIT_FAILED, EXIT_OK, emit, overrides_text, relative
-from launcher.request import executor
+from launcher.request import channel, executor
 from launcher.request.plan import Plan
 from launcher.request.submission import Submission
-from launcher.rundir import layout, record
+from launcher.rundir import layout, record, reused
 
 if TYPE_CHECKING:
     from launcher.request.over_ssh import SshPlan
@@ -34,9 +35,31 @@ NOT_METRICS = ("job_id", "state", "nodes", "restarts", "restart_causes", "time")
 
 
 class NewRun(Plan):
-    """A new run's plan: after sending, wait for it (a waiting profile) or say where it went."""
+    """A new run's plan: after sending, wait for it (a waiting profile) or say where it went. A new sweep whose
+    points other runs computed (`reused`, found by launcher.commands.reuse) queues only the others."""
 
     verbose = False  # --verbose: submitit's own INFO lines too
+
+    def prepare(self) -> None:
+        super().prepare()
+        if not self.reused:
+            return
+        sub = self.sub
+        entries = {str(t.task): reused.bring(sub.run_dir, t.task, self.reused[t.task], t.overrides)
+                   for t in sub.tasks if t.task in self.reused}
+        record.update_record(sub.run_dir, **{reused.RECORD_KEY: entries})
+        if len(entries) < len(sub.tasks):  # what is queued: the other points
+            self.sub = replace(sub, tasks=[t for t in sub.tasks if t.task not in self.reused])
+
+    def record(self, job_ids: list[str]) -> None:
+        if not self.reused or self.sub.is_pool:  # (a pool's job ids are its workers': its points are in its claims)
+            super().record(job_ids)
+            return
+        task_jobs: list[list[str]] = [[] for _ in range(len(self.sub.tasks) + len(self.reused))]
+        for spec, job_id in zip(self.sub.tasks, job_ids):
+            task_jobs[spec.task] = [job_id]
+        record.update_record(self.sub.run_dir, job_ids=job_ids, task_jobs=task_jobs)
+        channel.tell("queued", run_dir=str(self.sub.run_dir), job_ids=job_ids)
 
     def report(self, jobs: list[Any], as_json: bool) -> int:
         sub = self.sub
@@ -51,8 +74,12 @@ class NewRun(Plan):
         human = (f"submitted job {jobids.summary(job_ids)} ({pool}{len(sub.tasks)} task(s), {sub.profile.world_size} "
                  f"rank(s) each)\nrun folder: {where}\nlogs: {', '.join(logs)}\n"
                  f"follow with: python submit.py status {where}")
+        reused_points = sorted(self.reused)
+        if reused_points:
+            human += f"\n{len(reused_points)} more point(s) of the sweep came from earlier runs (status shows them)"
         emit(human, {"job_id": jobids.base_id(job_ids[0]), "job_ids": job_ids, "run_dir": str(sub.run_dir),
-                     "log_dir": str(sub.log_dir), "tasks": len(sub.tasks)}, as_json)
+                     "log_dir": str(sub.log_dir), "tasks": len(sub.tasks) + len(reused_points),
+                     **({"reused_points": reused_points} if reused_points else {})}, as_json)
         return EXIT_OK
 
 

@@ -25,7 +25,7 @@ from launcher.config.profile import Profile
 from launcher.config.resolve import Point, resolve
 from launcher.request import channel
 from launcher.request.submission import Submission, build, moved
-from launcher.rundir import claims, layout, record, snapshot
+from launcher.rundir import claims, layout, record, reused, snapshot
 from trainer.config.job import JobConfig
 from trainer.config.schema import ConfigError
 
@@ -137,6 +137,9 @@ class Plan:
         # The signature held from its lookup until this is queued (launcher.rundir.claims); None: none is (a dry
         # run, a debug run, `--resume` of a run by name).
         self.claim: claims.Claim | None = None
+        # A new sweep's points that other runs completed (launcher.rundir.reused), by task: brought into its
+        # folder, not queued.
+        self.reused: dict[int, reused.Found] = {}
 
     def heading(self) -> str:
         """What a dry run says first."""
@@ -174,8 +177,9 @@ class Plan:
         if claimed != self.sub.run_dir:
             self.sub = moved(self.sub, claimed)
         record.create(self.sub.run_dir, self.sub.describe(), ["submit.py", *self.argv])
-        if self.claim is not None:
-            self.claim.names(self.sub.run_dir)
+        if self.claim is not None:  # (the points it runs itself: a reused one's index names where it ran)
+            points = zip(self.sub.tasks, self.sub.signatures.tasks) if self.sub.is_sweep else []
+            self.claim.names(self.sub.run_dir, {t.task: s for t, s in points if t.task not in self.reused})
         if self.sub.function is not None:  # a function handed over by value: what every rank calls
             from trainer.runners import pickled  # (only then)
 

@@ -3,5 +3,6 @@
 unchanged files linked from the previous snapshot), what each task is doing (`task_state`, `states`, `pool_states`: a pool's points, `outcomes`,
 `restarts`, and `progress`: a task's epoch, step and speed as `watch` shows them), what it cost (`cost`),
 the results drawn from it (`results`, `plots`), what the run is (`signature`: a hash of what decides its
-result; `claims`: which run of a runs folder is a signature's, claimed by one submission at a time), whether a failed attempt comes back by itself (`retries`)
+result; `claims`: which run of a runs folder is a signature's, claimed by one submission at a time; `reused`: a sweep's points
+that other runs completed), whether a failed attempt comes back by itself (`retries`)
 and the nodes the run leaves out (`exclusions`)."""

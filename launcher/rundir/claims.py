@@ -10,8 +10,13 @@ lock of a process that dies (on NFS, the lock manager does), so a submitter kill
 a signature for ever; no stale-claim rule is needed. What holds the lock writes who it is into the lock file,
 for the waiting message only.
 
+``<runs_dir>/.signatures/points/<signature>.json`` names where each sweep point of that signature was run
+(``{"run": NAME, "task": T}``): a new sweep looks its points up there (launcher.rundir.reused) and queues only
+the ones no run has completed. A single run is its own point: the run index serves for it.
+
 A runs folder that has runs but no index yet (its runs were made before there was one) gets one the first time
-a submission looks: each signature its records hold names its newest run, so those runs are answered too.
+a submission looks: each signature its records hold names its newest run, so those runs are answered too; and
+so does a runs folder without a point index, for its sweeps' points.
 
 A claim that made nothing (refused by sbatch, interrupted) leaves nothing: the index as it was, and no lock file
 or folder that was not there before. A lock file is removed only by its holder, and a taker checks, once it
@@ -36,6 +41,7 @@ from launcher.rundir.layout import RUN_FILE, SIGNATURES_DIR
 
 # How often a waiting submission tells that it waits.
 WAIT_NOTE_S = 10.0
+POINTS_DIR = "points"
 
 
 class Claim:
@@ -56,18 +62,17 @@ class Claim:
 
     def run(self) -> Path | None:
         """The run folder of this signature, if the index names one that still holds a run."""
-        try:
-            name = json.loads(_read(self.index) or b"{}").get("run")
-        except (ValueError, AttributeError):  # a damaged index: as if none
-            return None
-        if not isinstance(name, str) or not name or "/" in name or name in (".", ".."):
-            return None  # (an edited index names nothing outside the runs folder)
-        found = self.folder.parent / name
-        return found if (found / RUN_FILE).is_file() else None
+        named = _named(self.folder, self.index)
+        return None if named is None else named[0]
 
-    def names(self, run_dir: Path) -> None:
-        """From now on the signature's run is `run_dir` (a folder of this runs folder)."""
+    def names(self, run_dir: Path, points: dict[int, str] | None = None) -> None:
+        """From now on the signature's run is `run_dir` (a folder of this runs folder), and each of `points`
+        (a sweep's task: its signature) is that run's task."""
         _write(self.index, json.dumps({"run": run_dir.name}).encode() + b"\n")
+        if points:
+            (self.folder / POINTS_DIR).mkdir(exist_ok=True)
+        for task, signature in (points or {}).items():
+            _write(_point_index(self.folder, signature), json.dumps({"run": run_dir.name, "task": task}).encode())
 
     def release(self) -> None:
         """Let the next identical submission look (once what this one decided is queued); what this claim made
@@ -89,6 +94,32 @@ class Claim:
             self._fd = None
 
 
+def point(runs_root: Path, signature: str) -> tuple[Path, int] | None:
+    """The run folder and task of the sweep point (or the single run) of `signature` that the index names, if its
+    folder still holds a run (whether that task completed is the caller's question: launcher.rundir.reused)."""
+    folder = runs_root / SIGNATURES_DIR
+    return _named(folder, _point_index(folder, signature)) or _named(folder, folder / f"{signature}.json")
+
+
+def _point_index(folder: Path, signature: str) -> Path:
+    return folder / POINTS_DIR / f"{signature}.json"
+
+
+def _named(folder: Path, index: Path) -> tuple[Path, int] | None:
+    """What the index file `index` names: a run folder of the runs folder, and a task (0 for a run's own entry)."""
+    try:
+        said = json.loads(_read(index) or b"{}")
+        name, task = said.get("run"), said.get("task", 0)
+    except (ValueError, AttributeError):  # a damaged index: as if none
+        return None
+    if not isinstance(name, str) or not name or "/" in name or name in (".", ".."):
+        return None  # (an edited index names nothing outside the runs folder)
+    if not isinstance(task, int) or isinstance(task, bool) or task < 0:
+        return None
+    found = folder.parent / name
+    return (found, task) if (found / RUN_FILE).is_file() else None
+
+
 @contextlib.contextmanager
 def claim(runs_root: Path, signature: str, say: bool = True) -> Iterator[Claim]:
     """Hold `signature` in the runs folder `runs_root` until released or left: waits while another
@@ -99,8 +130,9 @@ def claim(runs_root: Path, signature: str, say: bool = True) -> Iterator[Claim]:
     fd = _take(folder, folder / f"{signature}.lock", say)
     os.ftruncate(fd, 0)
     os.pwrite(fd, json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "time": time.time()}).encode(), 0)
-    if earlier:
-        _name_earlier_runs(runs_root, folder)
+    points = not (folder / POINTS_DIR).is_dir()  # (and its sweeps' points, once, where it had no point index)
+    if earlier or points:
+        _name_earlier_runs(runs_root, folder, runs=earlier)
     held = Claim(folder, signature, fd)
     try:
         yield held
@@ -111,36 +143,51 @@ def claim(runs_root: Path, signature: str, say: bool = True) -> Iterator[Claim]:
                 runs_root.rmdir()
 
 
-def _name_earlier_runs(runs_root: Path, folder: Path) -> None:
+def _name_earlier_runs(runs_root: Path, folder: Path, runs: bool) -> None:
     """Name in the index the runs that `runs_root` held before it had one (their records have signatures: `list
-    --same-as` finds them), the newest of each signature, so that submitting one of them again answers with it.
-    Each entry is made whole or not at all, and one that another submitter made meanwhile is kept."""
+    --same-as` finds them; `runs`: False where the run index exists, and only the points are named), the newest
+    of each signature, so that submitting one of them again answers with it; and each sweep point of those
+    records, so that a new sweep finds it. Each entry is made whole or not at all, and one that another
+    submitter made meanwhile is kept."""
     from launcher.rundir.record import load_run, run_folders  # (only once per runs folder)
     from launcher.rundir.record_types import signature as malformed
 
-    named: set[str] = set()
+    named: set[Path] = set()
     for run_dir in run_folders(runs_root):  # newest first
         try:
             info = load_run(run_dir)
         except (OSError, ValueError, KeyError, TypeError):  # (an unreadable record names nothing; `list` shows it)
             continue
-        signature = info.signature
         # (A debug run is never answered, as a submission to the debug executor never looks: it is where you stop.)
-        if not signature or signature in named or malformed(signature) is not None or info.executor == "debug":
+        if info.executor == "debug":
             continue
-        named.add(signature)
-        data = json.dumps({"run": run_dir.name}).encode() + b"\n"
-        partial, index = folder / f".{signature}.json.{os.getpid()}", folder / f"{signature}.json"
-        partial.write_bytes(data)
-        try:
-            os.link(partial, index)
-        except FileExistsError:
-            pass
-        except OSError:  # a file system without hard links: replaced instead, unless made meanwhile
-            if not index.exists():
-                _write(index, data)
-        finally:
-            partial.unlink(missing_ok=True)
+        entries = [(folder / f"{info.signature}.json", info.signature, {"run": run_dir.name})] if runs else []
+        if info.is_sweep and info.record.get("task_signatures"):
+            entries += [(_point_index(folder, info.task_signature(task)), info.task_signature(task),
+                         {"run": run_dir.name, "task": task}) for task in range(info.num_tasks)]
+        for index, signature, entry in entries:
+            if not signature or index in named or malformed(signature) is not None:
+                continue
+            named.add(index)
+            _create(index, json.dumps(entry).encode() + b"\n")
+    if next(folder.glob("*.json"), None) is not None:  # (looked once: an index folder that is only this claim's
+        (folder / POINTS_DIR).mkdir(exist_ok=True)      # lock stays removable, as a claim that made nothing must)
+
+
+def _create(index: Path, data: bytes) -> None:
+    """`index` written whole with `data`, unless it exists (another submitter made it meanwhile)."""
+    index.parent.mkdir(exist_ok=True)
+    partial = index.with_name(f".{index.name}.{os.getpid()}")
+    partial.write_bytes(data)
+    try:
+        os.link(partial, index)
+    except FileExistsError:
+        pass
+    except OSError:  # a file system without hard links: replaced instead, unless made meanwhile
+        if not index.exists():
+            _write(index, data)
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def _take(folder: Path, lock: Path, say: bool) -> int:

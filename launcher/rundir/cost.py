@@ -46,7 +46,8 @@ def task_cost(usage: JobUsage, profile: dict[str, Any]) -> dict[str, Any]:
 
 def run_costs(info: RecordedRun, states: list[TaskState]) -> dict[int, dict[str, Any]]:
     """The figures of each finished task of a SLURM run, by task index; {} elsewhere or without accounting."""
-    finished = {ts.job_id: ts.task for ts in states if ts.state in FINAL and ts.job_id}
+    # (A point reused from another run cost nothing here: its job is that run's.)
+    finished = {ts.job_id: ts.task for ts in states if ts.state in FINAL and ts.job_id and not ts.reused}
     # (A pool's points share their workers' jobs; a job step's job is the user's whole allocation.)
     if info.executor != "slurm" or not finished or info.is_pool or info.step:
         return {}

@@ -203,6 +203,13 @@ class RecordedRun:
         return task_dir(self.run_dir, task, self.is_sweep)
 
     @property
+    def reused(self) -> dict[int, dict[str, Any]]:
+        """A sweep's points that other runs had computed (launcher.rundir.reused), by task: where each came from
+        (`run`, `task`) and the job that computed it (`job_id`)."""
+        return {int(task): dict(came) for task, came in (self.record.get("reused_points") or {}).items()
+                if str(task).isdigit() and isinstance(came, dict)}
+
+    @property
     def task_jobs(self) -> list[list[str]]:
         """For each task, the job ids it ran under (oldest first); [] for a task never submitted."""
         recorded = self.record.get("task_jobs")

@@ -118,6 +118,7 @@ RUN = {
     "allocation": optional(mapping({"job_id": job_id, "pid": integer(1, 2**31 - 1), "host": text})),
     "signature": optional(signature), "task_signatures": optional(list_of(signature, MAX_SWEEP_TASKS)),
     "signature_parts": optional(mapping({"code": signature, "python": text})),
+    "reused_points": optional(mapping()),
 }
 
 # tasks.json: every task's full job, which --resume rebuilds.

@@ -46,6 +46,8 @@ def rows_of(info: RecordedRun, states: list[TaskState]) -> tuple[list[dict[str, 
             row[key] = result.get(key) if result and ts.state == "completed" else None
         row.update(wall_time_s=None if ts.wall_time_s is None else round(ts.wall_time_s, 1),
                    restarts=ts.restarts, job_id=ts.job_id, error=ts.error or "")
+        if ts.reused:
+            row["reused_from"] = ts.reused
         rows.append(row)
     return rows, swept
 
@@ -175,7 +177,8 @@ def collect(run_dir: Path, states: list[TaskState] | None = None,
         for row in rows:
             row.update((costs or {}).get(row["task"], {}))
         rows = sort_rows(rows, metric, mode)
-        columns = ["task", *swept, "state", *metric_columns(metric), *TAIL_COLUMNS, *(COST_COLUMNS if costs else [])]
+        columns = ["task", *swept, "state", *metric_columns(metric), *TAIL_COLUMNS, *(COST_COLUMNS if costs else []),
+                   *(["reused_from"] if info.reused else [])]
         csv_text = to_csv(rows, columns)
         title = (f"{run_dir.name}: {len(rows)} tasks, sorted by {metric} ({mode}); "
                  + ", ".join(f"{n} {k}" for k, n in summary["counts"].items()))

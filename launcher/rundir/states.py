@@ -37,6 +37,7 @@ from launcher.rundir import pool_states, record_types as shapes, restarts
 from launcher.rundir.layout import FAILURE_FILE, RESULT_FILE, TORCHRUN_DIR, job_files, job_log_dir, log_name
 from launcher.rundir.outcomes import failure_of, read_outcomes
 from launcher.rundir.record import RecordedRun, read_optional
+from launcher.rundir.reused import state_of as reused_state
 from launcher.rundir.task_state import ACTIVE, FINAL, TaskState, raised
 from trainer.rank import events
 
@@ -101,9 +102,16 @@ def _recorded_outcome(info: RecordedRun, task_dir: Path) -> tuple[str, dict[str,
 
 
 def task_states(info: RecordedRun, use_scheduler: bool = True) -> list[TaskState]:
-    """The state of every task of the run (one for a single run; a pool's points: launcher.rundir.pool_states)."""
-    if info.is_pool:
-        return pool_states.task_states(info, use_scheduler)
+    """The state of every task of the run (one for a single run; a pool's points: launcher.rundir.pool_states;
+    a sweep's points that other runs computed: launcher.rundir.reused)."""
+    states = pool_states.task_states(info, use_scheduler) if info.is_pool else _array_states(info, use_scheduler)
+    reused = info.reused
+    if reused:  # (queued for none of them: the scheduler says nothing of them here)
+        states = [reused_state(info, ts.task, ts.overrides) if ts.task in reused else ts for ts in states]
+    return states
+
+
+def _array_states(info: RecordedRun, use_scheduler: bool) -> list[TaskState]:
     task_jobs = info.task_jobs
     current = [ids[-1] if ids else "" for ids in task_jobs]
     sacct: dict[str, SchedulerRecord] | None = None

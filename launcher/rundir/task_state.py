@@ -45,6 +45,8 @@ class TaskState:
     failure: dict[str, Any] | None = None
     # The controller's complaint when it was asked about this task and did not answer ("" when it did).
     controller: str = ""
+    # A sweep point another run computed (launcher.rundir.reused): that run's folder name and task, "RUN/task-NNNN".
+    reused: str = ""
 
     @property
     def attempt(self) -> int:
@@ -66,6 +68,8 @@ class TaskState:
                  "expected_start": self.expected_start, "result": self.result, "failure": self.failure}
         if self.controller:  # only where slurmctld did not answer: what it said
             shown["controller_unreachable"] = self.controller
+        if self.reused:
+            shown["reused_from"] = self.reused
         return shown
 
 

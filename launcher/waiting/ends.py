@@ -192,7 +192,8 @@ def sweep_tasks(info: RecordedRun, jobs: list[Any]) -> list[int]:
     mine = {str(j.job_id) for j in jobs}
     if info.is_pool:
         resumed = [r for r in info.record.get("resumes") or [] if mine & {str(j) for j in r.get("job_ids", [])}]
-        return list(resumed[-1].get("tasks") or []) if resumed else list(range(info.num_tasks))
+        return list(resumed[-1].get("tasks") or []) if resumed else [t for t in range(info.num_tasks)
+                                                                         if t not in info.reused]
     return [t for t, ids in enumerate(info.task_jobs) if ids and ids[-1] in mine]
 
 
