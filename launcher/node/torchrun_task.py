@@ -11,7 +11,9 @@ How the guarantees hold here:
 - Stops: the stop signal is ignored by the agent (an ignored disposition survives exec, so the agent
   is not killed by USR2) and caught by the workers, which stop together at a step boundary; rank 0
   checkpoints and leaves a note; node task 0 then asks submitit to requeue (its countdown, its
-  `scontrol requeue`), as `launcher.node.task.SubmititRequeue` does in the tasks shape. A signal that comes
+  `scontrol requeue`), as `launcher.node.task.SubmititRequeue` does in the tasks shape, and notes the answer,
+  which the other nodes' tasks wait for before they end (their non-zero exit would make srun end node task 0
+  before it requeued: the tasks shape's ranks wait in the trainer's broadcast). A signal that comes
   before the workers catch it (torchrun and torch take seconds, more on a loaded node; SLURM sends
   the time-limit signal once) is caught by this process, which leaves a flag (`rank_notes.stop_flag`); each
   worker reads it once its handlers are in and stops as if signalled.
@@ -29,6 +31,7 @@ import pickle
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -36,13 +39,17 @@ from submitit.helpers import Checkpointable
 
 from launcher import submitit_private
 from launcher.reports.root_cause import root_cause_first
-from launcher.reports.rank_notes import notes_dir, probe_note, rank_failures, rank_note, rank_notes, stop_flag
+from launcher.reports.rank_notes import (notes_dir, probe_note, rank_failures, rank_note, rank_notes, requeue_note,
+                                         stop_flag)
 from launcher.node import torchrun_command
 from launcher.node.task import SubmititRequeue, drop_stale_result, exit_after_stop, private_and_coreless
 from trainer.config.job import JobConfig, RunSettings
 from trainer.distributed import environment
 from trainer.rank.stopping import REQUEUE, StopRequested
 from trainer.runners.envelope import RANK_NODES
+
+# How long a node task other than 0 waits for node task 0's requeue before it ends anyway (_requeue_answer).
+REQUEUE_WAIT_S = 120.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,6 +123,20 @@ def _stop_of(note: dict[str, Any]) -> StopRequested | None:
     return StopRequested(int(stop["step"]), str(stop["signal"]), int(stop["kind"]), dict(stop.get("info") or {}))
 
 
+def _requeue_answer(results: Path, predicted: dict[str, Any], most_s: float = REQUEUE_WAIT_S) -> dict[str, Any]:
+    """What node task 0's requeue request answered, waited for: this node's task must not end first, since its
+    non-zero exit would make srun (--kill-on-bad-exit) end node task 0 before it requeues the job (the tasks shape
+    keeps its ranks alike in the trainer's broadcast). The requeue usually ends this task itself (SLURM stops the
+    job's steps); `predicted` (rank 0's own prediction) if node task 0 says nothing within `most_s`."""
+    note, until = requeue_note(results), time.monotonic() + most_s
+    while time.monotonic() < until:
+        try:
+            return dict(json.loads(note.read_text()))
+        except (OSError, ValueError, TypeError):  # not yet (or being written)
+            time.sleep(0.2)
+    return predicted
+
+
 class TorchrunTask(Checkpointable):
     """One node's task: run torchrun with `nproc` workers and return rank 0's result (node task 0)."""
 
@@ -132,6 +153,7 @@ class TorchrunTask(Checkpointable):
             # An earlier attempt's notes (a requeue reuses the folder).
             for old in results.glob(rank_note(results, "*").name):
                 old.unlink(missing_ok=True)
+            requeue_note(results).unlink(missing_ok=True)
         requeue = SubmititRequeue.current()
         cmd = here.command(self.nproc, {
             "job": self.job, "settings": self.settings,
@@ -160,9 +182,13 @@ class TorchrunTask(Checkpointable):
         # Every rank stopped alike (rank 0's decision, broadcast): rank 0's note, else any rank's.
         stop = _stop_of(first) or next((found for r in ranks.values() if (found := _stop_of(r))), None)
         if stop is not None:
-            if node_id == 0 and requeue is not None and stop.kind == REQUEUE:
-                # submitit's own decision and action (its countdown, `scontrol requeue`), as in the tasks shape.
-                stop.info = requeue(self.settings.stop_signal)
+            if node_id == 0:
+                if requeue is not None and stop.kind == REQUEUE:
+                    # submitit's own decision and action (its countdown, `scontrol requeue`), as in the tasks shape.
+                    stop.info = requeue(self.settings.stop_signal)
+                requeue_note(results).write_text(json.dumps(stop.info, default=str))  # (what the others wait for)
+            elif stop.kind == REQUEUE and stop.requeued:
+                stop.info = _requeue_answer(results, stop.info)
             exit_after_stop(stop, self.settings.run_dir, self.run_root)  # ends as the tasks shape does
         # The cause first (launcher.reports.root_cause): peers of a dead rank fail too, on closed connections,
         # sometimes sooner than the dead rank has written its note (its own teardown closes those connections).

@@ -74,6 +74,12 @@ def stop_flag(notes: Path, node: int) -> Path:
     return notes / f"stop-{node}"
 
 
+def requeue_note(notes: Path) -> Path:
+    """Where node task 0 leaves what its requeue request answered: the other nodes' tasks wait for it before they end
+    (launcher.node.torchrun_task)."""
+    return notes / "requeue.json"
+
+
 def probe_note(notes: Path, node: int, rank: int | str) -> Path:
     """A rank's `probe` report (rank "*": a pattern for all of the node's)."""
     return notes / f"probe-{node}-{rank}.json"
