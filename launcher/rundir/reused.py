@@ -63,8 +63,9 @@ def bring(run_dir: Path, task: int, found: Found, overrides: dict[str, Any]) -> 
     result = {k: v for k, v in (ts.result or read_optional(there / RESULT_FILE) or {}).items()
               if k not in ("reused_from", "run_dir")}
     entry = found.entry()
-    write_result(here, result, job_id=ts.job_id, restarts=ts.restarts, task=task, overrides=overrides,
-                 wall_time_s=ts.wall_time_s, reused_from=found.origin)
+    # (Its run_dir is its folder here, which holds its files, as a point run here names its own.)
+    write_result(here, result, run_dir=str(here), job_id=ts.job_id, restarts=ts.restarts, task=task,
+                 overrides=overrides, wall_time_s=ts.wall_time_s, reused_from=found.origin)
     return entry
 
 
