@@ -33,6 +33,29 @@ def test_keeps_the_newest_k_and_leaves_no_temporary_file(tmp_path: Path) -> None
     assert found is not None and found.path.name == "ckpt-000000050.pt" and found.state["step"] == 50
 
 
+def test_an_asynchronous_checkpoint_holds_its_steps_state_as_a_synchronous_one_would(tmp_path: Path) -> None:
+    """The loop changes the state while the write is in flight: the file holds the state of its step, byte for
+    byte what a synchronous save writes (a view keeps sharing its tensor's storage); a failed write is raised by
+    the next wait, in the training thread."""
+    def state() -> dict[str, Any]:
+        weights = torch.arange(300_000, dtype=torch.float32)
+        return {"w": weights, "head": weights[:10], "step": 1}
+
+    live, writer = state(), checkpoint.Writer()
+    writer.start(tmp_path / "async", 1, checkpoint.frozen(live), keep=3)
+    live["w"].add_(1.0)  # the next steps, while it writes
+    writer.wait()
+    written = checkpoint.save(tmp_path / "sync", 1, state(), keep=3)
+    assert (tmp_path / "async" / written.name).read_bytes() == written.read_bytes()
+    loaded = checkpoint.read(tmp_path / "async" / written.name)
+    assert loaded["head"].untyped_storage().data_ptr() == loaded["w"].untyped_storage().data_ptr()
+    (tmp_path / "not-a-folder").write_text("")
+    writer.start(tmp_path / "not-a-folder", 2, checkpoint.frozen(live), keep=3)
+    with pytest.raises(RuntimeError, match="the checkpoint of step 2 could not be written: FileExistsError"):
+        writer.wait()
+    writer.wait()  # raised once
+
+
 def test_a_leftover_temporary_file_of_a_killed_writer_is_ignored_then_removed(tmp_path: Path) -> None:
     _save(tmp_path, 10)
     (tmp_path / ".ckpt-000000020.pt.tmp-99999").write_bytes(b"half a checkpoint")

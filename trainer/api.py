@@ -55,7 +55,7 @@ _INITIALISED: dict[str, Any] = {}
 
 def init(run_dir: str | Path | None = None, config: Any = None, threads: int | None = None,
          init_timeout_s: int = 120, collective_timeout_s: int = 45, stop_signal: str | None = None,
-         checkpoint_every_steps: int = 0, keep_checkpoints: int = 3) -> Context:
+         checkpoint_every_steps: int = 0, keep_checkpoints: int = 3, async_checkpoints: bool = True) -> Context:
     """The same Context for a script run by torchrun (or plain python): call it once per process.
 
     Reads the rank from torchrun's (or SLURM's) variables, forms the process group once (NCCL on a
@@ -88,7 +88,7 @@ def init(run_dir: str | Path | None = None, config: Any = None, threads: int | N
     on_stop = (lambda name: handoff.request_decision(channel, name)) if channel else None
     ctx = Context(env, device, folder, config, stops=stops, stop_signal=stop_signal, on_stop=on_stop,
                   checkpoint_every_steps=checkpoint_every_steps, keep_checkpoints=keep_checkpoints,
-                  interrupts=interrupts)
+                  interrupts=interrupts, async_checkpoints=async_checkpoints)
     handoff.exit_as_stopped_on_stop_requested(channel)
 
     def teardown() -> None:

@@ -85,6 +85,8 @@ class JobConfig:
     # Checkpoint every N optimizer steps (0: only at epoch end; null: the profile decides).
     checkpoint_every_steps: Optional[int] = None
     keep_checkpoints: int = 3
+    # Rank 0 writes each checkpoint in the background from a copy taken at the step boundary (false: the loop waits).
+    async_checkpoints: bool = True
     # Bitwise reproducible runs on CPU (deterministic algorithms, fixed reduction order).
     deterministic: bool = True
     # bf16 autocast and torch.compile: GPU path only; channels_last: GPUs and CPUs (oneDNN prefers it too).

@@ -8,15 +8,24 @@ previous checkpoint is used instead.
 Most of a checkpoint is the same on every rank (model, optimizer, counters); the part that is not
 (each rank's RNG states and its `per_rank` objects: trainer.api.Context.checkpoint) is gathered from
 every rank to rank 0, which writes the file.
+
+Asynchronous (the default, `Writer`): at the step boundary rank 0 takes a copy of the state (`frozen`: every
+tensor copied, shared storage kept shared, so the file holds the bytes a synchronous save of that moment would)
+and the training loop goes on while a background thread serializes, checksums and writes it. At most one write
+is in flight: the next checkpoint, a stop (preemption, time limit, a requested stop) and the attempt's end wait
+for it, so a requeue resumes from the newest checkpoint. A checkpoint is durable once its write has finished
+(fsync'ed and renamed); a crash during a write leaves the previous good one, which the next attempt resumes.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import io
 import os
 import random
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,6 +72,43 @@ def save(folder: Path, step: int, state: dict[str, Any], keep: int) -> Path:
         if not stale.name.endswith(f".tmp-{os.getpid()}"):
             stale.unlink(missing_ok=True)
     return path
+
+
+def frozen(state: dict[str, Any]) -> dict[str, Any]:
+    """A copy of `state` that the training steps after this moment do not change: what an asynchronous write
+    serializes (deepcopy keeps tensors that share storage sharing it, as torch.save would record them)."""
+    return copy.deepcopy(state)
+
+
+class Writer:
+    """Rank 0's checkpoint writes in the background, one at a time (the module doc)."""
+
+    def __init__(self) -> None:
+        self._thread: threading.Thread | None = None
+        self._failed: tuple[int, BaseException] | None = None
+
+    def start(self, folder: Path, step: int, state: dict[str, Any], keep: int) -> None:
+        """Write `state` (already `frozen`) as step `step`'s checkpoint once the write in flight has finished."""
+        self.wait()
+        self._thread = threading.Thread(target=self._write, args=(folder, step, state, keep),
+                                        name=f"checkpoint-{step}", daemon=True)
+        self._thread.start()
+
+    def _write(self, folder: Path, step: int, state: dict[str, Any], keep: int) -> None:
+        try:
+            save(folder, step, state, keep)
+        except BaseException as err:  # noqa: BLE001 - raised in the training thread by `wait`
+            self._failed = (step, err)
+
+    def wait(self) -> None:
+        """Until the write in flight (if any) is durable; its failure is raised here, in the training thread."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._failed is not None:
+            (step, err), self._failed = self._failed, None
+            raise RuntimeError(f"the checkpoint of step {step} could not be written: {type(err).__name__}: {err}") \
+                from err
 
 
 def read(path: Path) -> dict[str, Any]:

@@ -30,11 +30,14 @@ class Context:
                  stops: StopSignals, stop_signal: str = "USR2", on_stop: StopHook | None = None,
                  checkpoint_every_steps: int = 0, keep_checkpoints: int = 3, tensorboard: bool = False,
                  progress_bar: bool = False, log_every_steps: int = 50,
-                 interrupts: frozenset[int] | set[int] = frozenset(), trackers: Trackers | None = None) -> None:
+                 interrupts: frozenset[int] | set[int] = frozenset(), trackers: Trackers | None = None,
+                 async_checkpoints: bool = True) -> None:
         self.env, self.device, self.config = env, device, config
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.checkpoint_every_steps, self.keep_checkpoints = checkpoint_every_steps, keep_checkpoints
+        # Rank 0's writes in the background (trainer.rank.checkpoint's doc); None: each written before the loop goes on.
+        self._writer = checkpoint.Writer() if async_checkpoints else None
         self.ranks = Ranks(env)
         self.report = Reporter(self.run_dir, env, tensorboard, progress_bar, log_every_steps, trackers)
         self._stopper = StopProtocol(stops, stop_signal, on_stop, self.ranks, self.report, interrupts)
@@ -94,9 +97,19 @@ class Context:
         if self.is_main:
             state = {"step": int(step), "world_size": self.world_size, "ranks": per_rank_states,
                      "objects": {name: checkpoint.state_of(name, obj) for name, obj in objects.items()}}
-            checkpoint.save(self.run_dir / CHECKPOINTS_DIR, int(step), state, self.keep_checkpoints)
+            if self._writer is not None:  # a copy now, written while the loop goes on
+                self._writer.start(self.run_dir / CHECKPOINTS_DIR, int(step), checkpoint.frozen(state),
+                                   self.keep_checkpoints)
+            else:
+                checkpoint.save(self.run_dir / CHECKPOINTS_DIR, int(step), state, self.keep_checkpoints)
         self._saved_step = int(step)
         self.ranks.barrier()
+
+    def wait_for_checkpoint(self) -> None:
+        """Until the checkpoint being written in the background (rank 0's, if any) is durable: a stop and the
+        attempt's end wait for it; call it yourself before you read the checkpoints folder."""
+        if self._writer is not None:
+            self._writer.wait()
 
     def resume(self, *, per_rank: dict[str, Any] | None = None, **objects: Any) -> int:
         """Load the newest good checkpoint into `objects`, this rank's `per_rank` objects and its
@@ -144,7 +157,8 @@ class Context:
         if kind:
             if self._bar is not None:
                 self._bar.close()  # before the stop's log line, which would land inside the bar
-            self._stopper.stop(kind, lambda: self.checkpoint(step), step=step)
+            # (Written before the requeue is asked for: the next attempt resumes from it.)
+            self._stopper.stop(kind, lambda: (self.checkpoint(step), self.wait_for_checkpoint()), step=step)
         every = self.checkpoint_every_steps
         if every and step != self._saved_step and step % every == 0:
             self.checkpoint(step)
@@ -159,8 +173,16 @@ class Context:
         return self.report.tracker_runs
 
     def close(self, outcome: str = "finished") -> None:
-        """End this attempt: `outcome` is finished, stopped (a requeue follows) or failed."""
-        self.report.close(outcome)
+        """End this attempt: `outcome` is finished, stopped (a requeue follows) or failed; the checkpoint being
+        written first (a failure still leaves it whole for the next attempt)."""
+        try:
+            self.wait_for_checkpoint()
+        except Exception as err:  # noqa: BLE001 - a stop's or a failure's own cause is what the attempt reports
+            if outcome == "finished":
+                raise
+            self.report.log(str(err))
+        finally:
+            self.report.close(outcome)
 
 
 def previous_attempts(run_dir: Path) -> int:
