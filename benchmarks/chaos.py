@@ -79,6 +79,7 @@ class Run:
     outcome: str = ""
     why: str = ""
     injected: list[str] = field(default_factory=list)
+    ettr: float | None = None  # its effective training time ratio (a sweep's: the mean of its points')
 
     def label(self) -> str:
         return ", ".join(f"{f['fault']}@{f['when']}" for f in self.faults) or "none (twin)"

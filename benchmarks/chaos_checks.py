@@ -42,10 +42,18 @@ def task_dirs(run: Run) -> list[Path]:
     return [top / f"task-{i:04d}" for i in range(SWEEP_TASKS)] if run.kind == "sweep" else [top]
 
 
+def effective(run: Run) -> float | None:
+    """The run's effective training time ratio as `status --json` gives it per task (a sweep: their mean)."""
+    ratios = [r["ettr"]["ratio"] for r in status_rows(run.run_dir) if isinstance(r.get("ettr"), dict)] \
+        if run.run_dir else []
+    return statistics.mean(ratios) if ratios else None
+
+
 def judge(run: Run, twin: Run, base: Path) -> None:
     """Outcome: ok (COMPLETED, bitwise equal), ok-failed (FAILED naming an injected cause) or BAD."""
     result = result_of(run, base)
     run.state = result.get("state", "")
+    run.ettr = effective(run)
     if run.why:
         run.outcome = "BAD"
         return
@@ -107,24 +115,33 @@ def lost_files(run: Run, twin: Run) -> list[str]:
     return sorted(promised(twin) - promised(run))
 
 
+def _ratio(values: list[float | None]) -> str:
+    known = [v for v in values if v is not None]
+    return f"{statistics.median(known):.0%}" if known else "-"
+
+
 def table(runs: list[Run], twins: dict[str, Run]) -> str:
-    rows = ["| fault | count | outcome(s) | extra wall time vs twin, median / max (s) |", "|---|---|---|---|"]
+    """One row per fault kind; ETTR: the runs' effective training time ratio (median) beside their twins'."""
+    rows = ["| fault | count | outcome(s) | extra wall time vs twin, median / max (s) | ETTR, median (twins) |",
+            "|---|---|---|---|---|"]
     for fault in cf.FAULTS:
         hit = [r for r in runs if any(f["fault"] == fault and not f.get("missed") for f in r.faults)]
         missed = sum(f["fault"] == fault and bool(f.get("missed")) for r in runs for f in r.faults)
         note = f" ({missed} more drawn, not injected: the run ended first)" if missed else ""
         if not hit:
-            rows.append(f"| {fault} | 0{note} | - | - |")
+            rows.append(f"| {fault} | 0{note} | - | - | - |")
             continue
         outcomes = {o: sum(r.outcome == o for r in hit) for o in ("ok", "ok-failed", "BAD")}
         extra = [r.wall_s - twins[r.twin].wall_s for r in hit]
         rows.append(f"| {fault} | {len(hit)}{note} | {', '.join(f'{n} {o}' for o, n in outcomes.items() if n)} | "
-                    f"{statistics.median(extra):.0f} / {max(extra):.0f} |")
+                    f"{statistics.median(extra):.0f} / {max(extra):.0f} | "
+                    f"{_ratio([r.ettr for r in hit])} ({_ratio([twins[r.twin].ettr for r in hit])}) |")
     return "\n".join(rows)
 
 
 def judge_twin(twin: Run, base: Path) -> None:
     result = result_of(twin, base)
     twin.state = result.get("state", "")
+    twin.ettr = effective(twin)
     twin.outcome = "ok" if twin.state == "COMPLETED" and not twin.why else "BAD"
     twin.why = twin.why or ("" if twin.outcome == "ok" else f"the unfaulted twin ended {twin.state or 'without a result'}")

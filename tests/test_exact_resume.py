@@ -139,6 +139,15 @@ def test_local_run_interrupted_twice_requeues_and_ends_bitwise_identical(
     assert attempt_banners(run_dir, 0) == 3 and attempt_banners(run_dir, 1) == 3
     assert [r["step"] for r in metric_lines(run_dir)] == list(range(22, 22 * 61, 22))  # every epoch's end, once
     assert_one_mlflow_run(run_dir, "digits-requeue", recipe_params(run_dir, "local"), result["job_id"], attempts=3)
+    # Its effective training time: three start-ups and two restart waits named, nothing redone (each stop
+    # checkpointed the step it stopped at), the parts adding up to the wall time from submission; status says it.
+    ettr = result["ettr"]
+    parts = ("productive_s", "queue_s", "startup_s", "checkpoint_s", "redone_s", "restart_wait_s", "other_s")
+    assert 0 < ettr["ratio"] < 1 and ettr["productive_s"] > 0 and ettr["redone_s"] < 0.5, ettr
+    assert ettr["startup_s"] > 0 and ettr["restart_wait_s"] > 0 and ettr["checkpoint_s"] > 0, ettr
+    assert sum(ettr[k] for k in parts) == pytest.approx(ettr["wall_s"], abs=0.6), ettr
+    said = run_submit(["status", str(run_dir)], cwd=tmp_path, timeout=120).stdout
+    assert f"effective training time: {ettr['ratio']:.0%} of " in said, said
 
 
 def _popen_submit(args: list[str], cwd: Path) -> subprocess.Popen[str]:

@@ -21,7 +21,7 @@ from typing import Any
 
 from launcher.commands.console import EXIT_FAILED, EXIT_OK, ArgumentParser, overrides_text, relative
 from launcher.config.resolve import runs_dir
-from launcher.rundir import exclusions, layout, record, restarts, results, retries
+from launcher.rundir import ettr, exclusions, layout, record, restarts, results, retries
 from launcher.rundir.cost import advice, cost_cell, run_costs
 from launcher.rundir.record import RecordedRun, find_run, load_run
 from launcher.rundir.states import ACTIVE, TaskState, task_states
@@ -85,7 +85,7 @@ def status(args: argparse.Namespace) -> int:
             for ts in states:
                 causes = restarts.read(ts.task_dir).by_cause() if ts.restarts else {}
                 print(json.dumps({**ts.as_json(), "cost": costs.get(ts.task), "restart_causes": causes,
-                                  "excluded_nodes": left_out, "run_state": overall,
+                                  "ettr": _ettr(info, ts), "excluded_nodes": left_out, "run_state": overall,
                                   "signature": info.task_signature(ts.task) or None,
                                   "run_signature": info.signature or None}, default=str), flush=True)
         else:
@@ -140,6 +140,9 @@ def _status_text(info: RecordedRun, states: list[TaskState], summary: dict[str, 
                      + (f"reused from {ts.reused}" if ts.reused and not ts.error else "")])
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     lines = [head] + ["  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1] for r in rows]
+    effective = ettr.Ettr.from_json(_ettr(info, states[0])) if not info.is_sweep and states else None
+    if effective is not None:
+        lines.append(f"effective training time: {effective.text()}")
     if info.signature:
         lines.append(f"signature: {info.signature}" + (" (each point's: status --json)" if info.is_sweep else ""))
     if summary and summary.get("summary_csv"):
@@ -153,6 +156,17 @@ def _status_text(info: RecordedRun, states: list[TaskState], summary: dict[str, 
         lines.append(f"resubmit the {len(incomplete)} incomplete task(s) with: "
                      f"python submit.py --resume {relative(info.run_dir)}")
     return "\n".join(line.rstrip() for line in lines)
+
+
+def _ettr(info: RecordedRun, ts: TaskState) -> dict[str, Any] | None:
+    """A task's effective training time (launcher.rundir.ettr): as its result recorded it once it ended (a reused
+    point's: where it ran), else from its events now."""
+    recorded = (ts.result or {}).get("ettr")
+    if isinstance(recorded, dict):
+        return recorded
+    now = time.time() if ts.state in ACTIVE else None
+    found = ettr.of_task(ts.task_dir, info.record.get("created"), now) if not ts.reused else None
+    return None if found is None else found.as_json()
 
 
 def _recorded_result(ts: TaskState) -> tuple[dict[str, Any] | None, str]:

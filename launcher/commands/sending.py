@@ -24,7 +24,7 @@ from launcher.commands.console import EXIT_FAILED, EXIT_OK, emit, overrides_text
 from launcher.request import channel, executor
 from launcher.request.plan import Plan
 from launcher.request.submission import Submission
-from launcher.rundir import layout, record, reused
+from launcher.rundir import ettr, layout, record, reused
 
 if TYPE_CHECKING:
     from launcher.request.over_ssh import SshPlan
@@ -173,6 +173,9 @@ def wait_for_run(sub: Submission, job: Any, as_json: bool, verbose: bool = False
         return EXIT_FAILED
     result = {**(done.result or {}), "run_dir": str(sub.run_dir), "job_id": job_id, "state": "COMPLETED",
               **counted.as_json()}
+    effective = ettr.of_task(sub.run_dir, record.read_run_record(sub.run_dir).get("created"), None)
+    if effective is not None:  # (how much of the wall time from submission its steps kept: status shows it too)
+        result["ettr"] = effective.as_json()
     record.write_result(sub.run_dir, result)
     record.update_record(sub.run_dir, state="COMPLETED")
     plots.write_curves(sub.run_dir)

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from launcher.rundir import plots
+from launcher.rundir import ettr, plots
 from launcher.rundir.cost import COST_COLUMNS
 from launcher.rundir.layout import CURVES_FILE, METRICS_FILE, RESULT_FILE, SUMMARY_CSV, SUMMARY_MD, SUMMARY_PNG
 from launcher.rundir.record import RecordedRun, load_run, read_optional, update_record, write_result
@@ -27,7 +27,7 @@ from launcher.rundir.states import ACTIVE, TaskState, task_states
 from trainer.config.sweep import swept_keys
 
 METRIC_COLUMNS = ["test_accuracy", "test_loss", "train_loss", "images_per_second", "epochs", "steps"]
-TAIL_COLUMNS = ["wall_time_s", "restarts", "job_id", "error"]
+TAIL_COLUMNS = ["wall_time_s", "ettr", "restarts", "job_id", "error"]
 
 
 def metric_columns(target: str) -> list[str]:
@@ -44,8 +44,10 @@ def rows_of(info: RecordedRun, states: list[TaskState]) -> tuple[list[dict[str, 
         row: dict[str, Any] = {"task": ts.task, **{k: ts.overrides.get(k) for k in swept}, "state": ts.state}
         for key in metric_columns(info.target[0]):
             row[key] = result.get(key) if result and ts.state == "completed" else None
+        effective = (result or {}).get("ettr") if ts.state == "completed" else None
         row.update(wall_time_s=None if ts.wall_time_s is None else round(ts.wall_time_s, 1),
-                   restarts=ts.restarts, job_id=ts.job_id, error=ts.error or "")
+                   restarts=ts.restarts, job_id=ts.job_id, error=ts.error or "",
+                   ettr=effective.get("ratio") if isinstance(effective, dict) else None)
         if ts.reused:
             row["reused_from"] = ts.reused
         rows.append(row)
@@ -70,6 +72,8 @@ def _cell(key: str, value: Any) -> str:
     """Metrics to 4 decimals, throughput and times rounded; swept values exactly as given."""
     if value is None:
         return ""
+    if key == "ettr" and isinstance(value, float):
+        return f"{value:.0%}"
     if isinstance(value, float) and key in ("test_accuracy", "test_loss", "train_loss"):
         return f"{value:.4f}"
     if isinstance(value, float) and key in ("images_per_second", "wall_time_s"):
@@ -131,8 +135,10 @@ def _write_task_results(info: RecordedRun, states: list[TaskState], max_curves: 
     for ts in states:
         if ts.state == "completed" and ts.result and not ts.recorded and _worth_recording(ts):
             # With the wall time, so that later calls take the task as finished (states.finished_record).
+            effective = ettr.of_task(ts.task_dir, info.record.get("created"), None)
             write_result(ts.task_dir, ts.result, job_id=ts.job_id, restarts=ts.restarts, task=ts.task,
-                         overrides=ts.overrides, wall_time_s=ts.wall_time_s)
+                         overrides=ts.overrides, wall_time_s=ts.wall_time_s,
+                         **({"ettr": effective.as_json()} if effective is not None else {}))
         if ts.recorded and os.path.exists(os.path.join(ts.task_dir, CURVES_FILE)):
             continue  # a finished task's metrics no longer change: its picture stays fresh
         if not ts.task_dir.is_dir() or plots.is_fresh(ts.task_dir / CURVES_FILE, ts.task_dir / METRICS_FILE):

@@ -38,6 +38,10 @@ class Context:
         self.checkpoint_every_steps, self.keep_checkpoints = checkpoint_every_steps, keep_checkpoints
         # Rank 0's writes in the background (trainer.rank.checkpoint's doc); None: each written before the loop goes on.
         self._writer = checkpoint.Writer() if async_checkpoints else None
+        # This attempt's time in steps, as the run's effective training time counts it (launcher.rundir.ettr): from
+        # the first step's start, less the time the loop stood still for checkpoints.
+        self._first_step_at: float | None = None
+        self._stalled_s = 0.0
         self.ranks = Ranks(env)
         self.report = Reporter(self.run_dir, env, tensorboard, progress_bar, log_every_steps, trackers)
         self._stopper = StopProtocol(stops, stop_signal, on_stop, self.ranks, self.report, interrupts)
@@ -90,6 +94,7 @@ class Context:
         rank's RNG states and its own `per_rank` objects (default: those given to `resume`), which
         may differ between ranks (a running loss, a rank's sampler). Call it on every rank at the
         same step: rank 0 writes, all leave together."""
+        began = time.monotonic()
         objects = objects or self._objects
         mine = self._per_rank if per_rank is None else per_rank
         per_rank_states = self.ranks.gather({"rng": checkpoint.capture_rng(self.device),
@@ -104,12 +109,25 @@ class Context:
                 checkpoint.save(self.run_dir / CHECKPOINTS_DIR, int(step), state, self.keep_checkpoints)
         self._saved_step = int(step)
         self.ranks.barrier()
+        stall = time.monotonic() - began
+        self._stalled_s += stall
+        self.report.event("checkpointed", step=int(step), stall_s=round(stall, 4), productive_s=self.productive_s())
 
     def wait_for_checkpoint(self) -> None:
         """Until the checkpoint being written in the background (rank 0's, if any) is durable: a stop and the
         attempt's end wait for it; call it yourself before you read the checkpoints folder."""
         if self._writer is not None:
-            self._writer.wait()
+            began = time.monotonic()
+            try:
+                self._writer.wait()
+            finally:
+                self._stalled_s += time.monotonic() - began
+
+    def productive_s(self) -> float:
+        """Seconds of this attempt spent in steps so far: since the first step began, less checkpoint stalls."""
+        if self._first_step_at is None:
+            return 0.0
+        return round(max(0.0, time.time() - self._first_step_at - self._stalled_s), 4)
 
     def resume(self, *, per_rank: dict[str, Any] | None = None, **objects: Any) -> int:
         """Load the newest good checkpoint into `objects`, this rank's `per_rank` objects and its
@@ -151,6 +169,8 @@ class Context:
         here: rank 0 checkpoints, the launcher requeues, and StopRequested is raised on every rank
         (let it propagate: the next attempt resumes from that checkpoint).
         """
+        if self._first_step_at is None:
+            self._first_step_at = time.time()  # (before it, this attempt was starting up)
         if step != self._start_step:
             timing.first_step(self.run_dir, self.rank)  # the start-up benchmark's mark (once)
         kind = self._stopper.agreed(step, self._start_step)
@@ -182,6 +202,9 @@ class Context:
                 raise
             self.report.log(str(err))
         finally:
+            # How this attempt spent its time (launcher.rundir.ettr reads it with the "checkpointed" events).
+            self.report.event("timed", outcome=outcome, productive_s=self.productive_s(),
+                              stalled_s=round(self._stalled_s, 4), first_step_at=self._first_step_at)
             self.report.close(outcome)
 
 
