@@ -185,7 +185,9 @@ def _report(info: RecordedRun, states: list[TaskState], as_json: bool) -> int:
     # The nodes, as a fresh run's `--wait` adds them to rank 0's result (from every rank's).
     returned = [value for _, (kind, value) in sorted(read_outcomes(info.run_dir, ts.job_id, nodes=True).items())
                 if kind == "success"]
+    # (Its effective training time, as its own --wait recorded it in result.json.)
+    recorded = record.read_optional(info.run_dir / layout.RESULT_FILE) or {}
     result = {**(ts.result or {}), "nodes": nodes_of(returned), **_where(info, states), "state": "COMPLETED",
-              **counted, "reused": True}
+              **counted, **({"ettr": recorded["ettr"]} if "ettr" in recorded else {}), "reused": True}
     emit(f"run folder: {relative(info.run_dir)}\n{metrics_line(result)}", result, as_json)
     return EXIT_OK
