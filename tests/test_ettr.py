@@ -1,8 +1,11 @@
-"""A run's effective training time (launcher.rundir.ettr), from its event log: what its steps kept over the wall
+"""A run's effective training time (launcher.rundir.ettr) and its checkpoint interval from measurements
+(trainer.rank.interval), from its event log: what its steps kept over the wall
 time from submission, and where the rest went. End to end, a local run requeued twice:
 tests/test_exact_resume.py::test_local_run_interrupted_twice_requeues_and_ends_bitwise_identical."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
@@ -36,3 +39,22 @@ def test_an_attempt_killed_after_its_checkpoint_keeps_what_it_checkpointed_and_t
     assert ettr.of_events(0.0, stopped, None).redone_s == pytest.approx(1.5)  # type: ignore[union-attr]
     # A log of a version that wrote none of this: not measured.
     assert ettr.of_events(0.0, [{"event": "started", "time": 10.0}, {"event": "finished", "time": 20.0}], None) is None
+
+
+def test_the_checkpoint_interval_is_young_and_dalys_from_the_runs_own_history(tmp_path) -> None:  # noqa: ANN001
+    """sqrt(2 x mean time between interruptions x stall), within the bounds; before any interruption or
+    checkpoint, the prior (a day, a second); a measured stall then counts."""
+    from trainer.rank import interval
+
+    first = interval.from_history(tmp_path, 30, 3600, now=100.0)
+    assert (first.mtbi_s, first.stall_s, first.interruptions) == (86400.0, 1.0, 0)
+    assert first.seconds == pytest.approx(415.69, abs=0.01)  # sqrt(2 x 86400 x 1)
+    log = [{"event": "started", "time": 0.0}, {"event": "checkpointed", "time": 50.0, "step": 50, "stall_s": 0.5},
+           {"event": "checkpointed", "time": 60.0, "step": 60, "stall_s": 0.5}, {"event": "started", "time": 200.0}]
+    (tmp_path / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in log))
+    later = interval.from_history(tmp_path, 30, 3600, now=400.0)  # 2 starts: 1 interruption in 400 s
+    assert (later.mtbi_s, later.stall_s, later.interruptions) == (400.0, 0.5, 1)
+    assert later.seconds == pytest.approx(30.0)  # sqrt(400) = 20, below the lower bound
+    later.measured(8.0)
+    assert later.stall_s == pytest.approx(4.25) and later.seconds == pytest.approx(58.31, abs=0.01)
+    assert interval.from_history(tmp_path, 30, 40, now=400.0).seconds == 30  # and never above the upper one

@@ -119,7 +119,10 @@ def test_local_run_interrupted_twice_requeues_and_ends_bitwise_identical(
         tmp_path: Path, local_reference: Callable[[], Path]) -> None:
     # The interrupted run also feeds MLflow (its file store beside the run folders): one MLflow run across
     # the 3 attempts, the steps replayed after each resume not logged twice.
-    (tmp_path / "job.yaml").write_text(LOCAL_JOB + "tracker: {mlflow: {}}\n")
+    # It also checkpoints by the interval from measurements (`checkpoint_every_steps: auto`, bounds small enough
+    # for this short run), which places checkpoints by rank 0's clock: the result is bitwise the same all the same.
+    (tmp_path / "job.yaml").write_text(LOCAL_JOB + "tracker: {mlflow: {}}\ncheckpoint_every_steps: auto\n"
+                                       "auto_checkpoint_min_s: 0.2\nauto_checkpoint_max_s: 0.5\n")
     # Step 22 (the boundary of epochs 1 and 2) and 700 (mid-epoch 32). Each restart costs a process
     # start (seconds); the in-process tests above interrupt more often.
     proc = run_submit(["--job", "job.yaml", "--set", "job.interrupt_at=22,700", "--json"], cwd=tmp_path,
@@ -148,6 +151,13 @@ def test_local_run_interrupted_twice_requeues_and_ends_bitwise_identical(
     assert sum(ettr[k] for k in parts) == pytest.approx(ettr["wall_s"], abs=0.6), ettr
     said = run_submit(["status", str(run_dir)], cwd=tmp_path, timeout=120).stdout
     assert f"effective training time: {ettr['ratio']:.0%} of " in said, said
+    # The interval: each attempt set it from the run's history (the prior first, then 1 and 2 interruptions), and
+    # checkpoints fell between the epoch ends too; status says the newest and why.
+    intervals = [e for e in log if e["event"] == "checkpoint_interval"]
+    assert [e["interruptions"] for e in intervals] == [0, 1, 2] and intervals[0]["mtbi_s"] == 86400.0, intervals
+    assert intervals[1]["mtbi_s"] < 3600 and all(0.2 <= e["interval_s"] <= 0.5 for e in intervals), intervals
+    assert any(e["step"] % 22 for e in log if e["event"] == "checkpointed"), "no checkpoint by the interval"
+    assert "checkpoint interval (auto): about " in said and "(2 interruption(s))" in said, said
 
 
 def _popen_submit(args: list[str], cwd: Path) -> subprocess.Popen[str]:

@@ -143,6 +143,9 @@ def _status_text(info: RecordedRun, states: list[TaskState], summary: dict[str, 
     effective = ettr.Ettr.from_json(_ettr(info, states[0])) if not info.is_sweep and states else None
     if effective is not None:
         lines.append(f"effective training time: {effective.text()}")
+    said = ettr.interval_said(states[0].task_dir) if not info.is_sweep and states else None
+    if said:  # (`checkpoint_every_steps: auto`: the newest interval rank 0 set, and from what)
+        lines.append(f"checkpoint interval (auto): {said}")
     if info.signature:
         lines.append(f"signature: {info.signature}" + (" (each point's: status --json)" if info.is_sweep else ""))
     if summary and summary.get("summary_csv"):

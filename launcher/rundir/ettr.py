@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainer.rank import events
+from trainer.rank import events, interval
 
 LOSSES = ("queue_s", "startup_s", "checkpoint_s", "redone_s", "restart_wait_s", "other_s")
 
@@ -121,3 +121,10 @@ def of_task(task_dir: Path, created: Any, now: float | None) -> Ettr | None:
     is still going on (None: it has ended)."""
     submitted = _number(created)
     return None if submitted is None else of_events(submitted, events.read(task_dir), now)
+
+
+def interval_said(task_dir: Path) -> str:
+    """The checkpoint interval rank 0 set last (`checkpoint_every_steps: auto`, trainer.rank.interval) and from
+    what, as `status` says it; "" where none was set."""
+    said = next((e for e in reversed(events.read(task_dir)) if _number(e.get("interval_s")) is not None), None)
+    return interval.why(said) if said is not None else ""

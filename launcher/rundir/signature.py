@@ -43,7 +43,8 @@ from trainer.config.lookup import CODE_ROOT
 LENGTH = 16  # hex digits shown and recorded: 64 bits, no collision among a lifetime's runs
 NOT_RESULT_JOB_KEYS = frozenset({
     "name", "code_dir", "project_root", "data_dir", "download", "verify_checksums", "log_every_steps",
-    "checkpoint_every_steps", "keep_checkpoints", "async_checkpoints", "tensorboard", "tracker", "target_metric", "target_mode",
+    "checkpoint_every_steps", "keep_checkpoints", "async_checkpoints",
+    "auto_checkpoint_min_s", "auto_checkpoint_max_s", "tensorboard", "tracker", "target_metric", "target_mode",
     "interrupt_at",  # a stop and an exact resume: the same result (docs/failures-and-requeue.md)
 })
 RESULT_PROFILE_KEYS = ("nodes", "tasks_per_node", "launch", "cpus_per_task", "gpus_per_node", "gpus_per_task",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Optional, get_args
+from typing import Any, Literal, Optional, Union, get_args
 
 from trainer.config import files, lookup, project, values
 from trainer.config.schema import ConfigError, build, require
@@ -82,8 +82,11 @@ class JobConfig:
     eval_every_epochs: int = 1
     # Print a plain progress line every N steps in batch logs (a tqdm bar on a terminal).
     log_every_steps: int = 50
-    # Checkpoint every N optimizer steps (0: only at epoch end; null: the profile decides).
-    checkpoint_every_steps: Optional[int] = None
+    # Checkpoint every N optimizer steps (0: only at epoch end; null: the profile decides; auto: from measurements,
+    # trainer.rank.interval, within auto_checkpoint_min_s..auto_checkpoint_max_s seconds of steps).
+    checkpoint_every_steps: Union[int, Literal["auto"], None] = None
+    auto_checkpoint_min_s: float = 30.0
+    auto_checkpoint_max_s: float = 3600.0
     keep_checkpoints: int = 3
     # Rank 0 writes each checkpoint in the background from a copy taken at the step boundary (false: the loop waits).
     async_checkpoints: bool = True
@@ -128,8 +131,11 @@ class JobConfig:
         require(0 <= self.warmup_fraction < 1, "warmup_fraction", self.warmup_fraction, "a number in [0, 1)")
         require(0 <= self.label_smoothing < 1, "label_smoothing", self.label_smoothing, "a number in [0, 1)")
         require(0 <= self.stop_at_accuracy <= 1, "stop_at_accuracy", self.stop_at_accuracy, "a number in [0, 1]")
-        require(self.checkpoint_every_steps is None or 0 <= self.checkpoint_every_steps <= INT32_MAX,
-                "checkpoint_every_steps", self.checkpoint_every_steps, f"an integer in [0, {INT32_MAX}] or null")
+        require(self.checkpoint_every_steps in (None, "auto") or 0 <= self.checkpoint_every_steps <= INT32_MAX,
+                "checkpoint_every_steps", self.checkpoint_every_steps, f"an integer in [0, {INT32_MAX}], auto or null")
+        require(0 < self.auto_checkpoint_min_s <= self.auto_checkpoint_max_s <= 365 * 86400, "auto_checkpoint_min_s",
+                self.auto_checkpoint_min_s, f"seconds > 0, at most auto_checkpoint_max_s ({self.auto_checkpoint_max_s}), "
+                "which is at most a year")
         # A user's function may log or return any metric; the built-in recipe only these.
         require(bool(self.entrypoint or self.script or self.function) or self.target_metric in METRICS, "target_metric", self.target_metric,
                 f"one of {', '.join(METRICS)} (any metric name with an entrypoint)")

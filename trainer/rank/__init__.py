@@ -1,4 +1,5 @@
 """Per-rank services behind the public API: `context` (Context), `stopping` (stop signals), `checkpoint`,
+`interval` (the checkpoint interval from measurements),
 `reporting` (logs, metrics, TensorBoard), `events` (events.jsonl, and the attempt number), `jsonlines`
 (the one reader of events.jsonl and metrics.jsonl), `trackers` (MLflow and W&B runs),
 `sampler` (ResumableSampler), `timing` (marks on the way to the first step), `handoff` (a script's stop

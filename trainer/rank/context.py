@@ -16,7 +16,7 @@ import torch
 
 from trainer.distributed import environment
 from trainer.distributed.ranks import Ranks
-from trainer.rank import checkpoint, events, timing
+from trainer.rank import checkpoint, events, interval, timing
 from trainer.rank.reporting import Progress, Reporter
 from trainer.rank.rundir import CHECKPOINTS_DIR
 from trainer.rank.stopping import StopHook, StopProtocol, StopSignals
@@ -31,7 +31,7 @@ class Context:
                  checkpoint_every_steps: int = 0, keep_checkpoints: int = 3, tensorboard: bool = False,
                  progress_bar: bool = False, log_every_steps: int = 50,
                  interrupts: frozenset[int] | set[int] = frozenset(), trackers: Trackers | None = None,
-                 async_checkpoints: bool = True) -> None:
+                 async_checkpoints: bool = True, auto_interval_s: tuple[float, float] | None = None) -> None:
         self.env, self.device, self.config = env, device, config
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -42,6 +42,10 @@ class Context:
         # the first step's start, less the time the loop stood still for checkpoints.
         self._first_step_at: float | None = None
         self._stalled_s = 0.0
+        # `checkpoint_every_steps: auto` (its bounds, seconds of steps): rank 0's interval from the run's history
+        # (trainer.rank.interval), and its step time at which the next checkpoint is due.
+        self._interval: interval.Interval | None = None
+        self._due_at = 0.0
         self.ranks = Ranks(env)
         self.report = Reporter(self.run_dir, env, tensorboard, progress_bar, log_every_steps, trackers)
         self._stopper = StopProtocol(stops, stop_signal, on_stop, self.ranks, self.report, interrupts)
@@ -55,6 +59,10 @@ class Context:
         # Attempts before this one: the run's "started" events (one per attempt, written by the
         # launcher on rank 0), or torchrun's restart count. Rank 0 reads, everyone agrees.
         self.restarts = int(self.ranks.broadcast(previous_attempts(self.run_dir) if env.is_main else 0))
+        if auto_interval_s is not None and env.is_main:
+            self._interval = interval.from_history(self.run_dir, *auto_interval_s, now=time.time())
+            self._due_at = self._interval.seconds
+            self.report.event("checkpoint_interval", **self._interval.as_event())
 
     # ----- where this rank is (read from its DistEnv) -------------------------------------------
     rank = property(lambda self: self.env.rank, doc="This process's rank, 0 .. world_size - 1.")
@@ -111,7 +119,13 @@ class Context:
         self.ranks.barrier()
         stall = time.monotonic() - began
         self._stalled_s += stall
-        self.report.event("checkpointed", step=int(step), stall_s=round(stall, 4), productive_s=self.productive_s())
+        told = {}
+        if self._interval is not None:  # (rank 0) the next one is due one interval of steps from now
+            self._interval.measured(stall)
+            self._due_at = self.productive_s() + self._interval.seconds
+            told = self._interval.as_event()
+        self.report.event("checkpointed", step=int(step), stall_s=round(stall, 4), productive_s=self.productive_s(),
+                          **told)
 
     def wait_for_checkpoint(self) -> None:
         """Until the checkpoint being written in the background (rank 0's, if any) is durable: a stop and the
@@ -164,7 +178,8 @@ class Context:
         wrote a checkpoint (a loop that times its steps can leave that time out).
 
         Checkpoints every `checkpoint_every_steps` (the job's or the profile's; not a step already
-        checkpointed, e.g. by your own `checkpoint` at an epoch end); and when a stop signal arrived
+        checkpointed, e.g. by your own `checkpoint` at an epoch end), or with `auto` when rank 0's interval from
+        measurements has passed (trainer.rank.interval); and when a stop signal arrived
         on any rank (preemption, the time limit, the local executor's requeue), every rank stops
         here: rank 0 checkpoints, the launcher requeues, and StopRequested is raised on every rank
         (let it propagate: the next attempt resumes from that checkpoint).
@@ -173,14 +188,15 @@ class Context:
             self._first_step_at = time.time()  # (before it, this attempt was starting up)
         if step != self._start_step:
             timing.first_step(self.run_dir, self.rank)  # the start-up benchmark's mark (once)
-        kind = self._stopper.agreed(step, self._start_step)
+        due = self._interval is not None and self.productive_s() >= self._due_at
+        kind = self._stopper.agreed(step, self._start_step, due)
         if kind:
             if self._bar is not None:
                 self._bar.close()  # before the stop's log line, which would land inside the bar
             # (Written before the requeue is asked for: the next attempt resumes from it.)
             self._stopper.stop(kind, lambda: (self.checkpoint(step), self.wait_for_checkpoint()), step=step)
         every = self.checkpoint_every_steps
-        if every and step != self._saved_step and step % every == 0:
+        if step != self._saved_step and (self._stopper.checkpoint_due or every and step % every == 0):
             self.checkpoint(step)
             return True
         return False

@@ -143,13 +143,19 @@ class StopProtocol:
                  report: Reporter, interrupts: set[int] | frozenset[int] = frozenset()) -> None:
         self.signals, self.requeue_signal, self.on_stop = signals, requeue_signal, on_stop
         self.ranks, self.report, self.interrupts = ranks, report, interrupts
+        self.checkpoint_due = False  # rank 0's word at the last step boundary (`agreed`)
 
-    def agreed(self, step: int, start_step: int) -> int:
-        """At a step boundary: the stop every rank agrees on (NONE, REQUEUE or TERMINATE)."""
+    def agreed(self, step: int, start_step: int, due: bool = False) -> int:
+        """At a step boundary: the stop every rank agrees on (NONE, REQUEUE or TERMINATE); and, in the same
+        collective, whether rank 0 says a checkpoint is due (`due`: `checkpoint_every_steps: auto`, decided by
+        rank 0's clock), which every rank then reads in `checkpoint_due`."""
         if self.interrupts and self.ranks.is_main and step in self.interrupts and step != start_step:
             self.signals.raise_requeue_signal()  # the test aid goes through the real signal handler
         # Any rank that saw a signal stops everyone; TERMINATE outranks REQUEUE.
-        return self.ranks.max(self.signals.kind)
+        # (The kind above the bit: the highest kind wins whatever rank 0 says; a stop checkpoints anyway.)
+        agreed = self.ranks.max(self.signals.kind * 2 + (1 if due else 0))
+        self.checkpoint_due = bool(agreed & 1)
+        return agreed >> 1
 
     def stop(self, kind: int, checkpoint: Callable[[], None], **where: int) -> NoReturn:
         """Checkpoint, let the launcher decide (requeue or not) on rank 0, tell every rank, raise.

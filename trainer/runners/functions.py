@@ -98,6 +98,7 @@ def call_on_rank(call: Call, job: JobConfig, settings: RunSettings, env: DistEnv
                  opened: Trackers | None) -> dict[str, Any]:
     """The function called on this rank inside the job's group, with its Context; its metrics."""
     every = settings.checkpoint_every_steps if job.checkpoint_every_steps is None else job.checkpoint_every_steps
+    auto = (job.auto_checkpoint_min_s, job.auto_checkpoint_max_s) if every == "auto" else None
     # Set whichever way, each run: a process that ran another run before (a pool worker) must start
     # where a fresh one does.
     torch.use_deterministic_algorithms(job.deterministic and device.type == "cpu", warn_only=True)
@@ -107,10 +108,10 @@ def call_on_rank(call: Call, job: JobConfig, settings: RunSettings, env: DistEnv
     torch.set_default_dtype(torch.float32)
     torch.manual_seed(job.seed)  # the same start on every rank unless the function seeds itself
     ctx = Context(env, device, settings.run_dir, call.config, stops=stops, stop_signal=settings.stop_signal,
-                  on_stop=on_stop, checkpoint_every_steps=every, keep_checkpoints=job.keep_checkpoints,
+                  on_stop=on_stop, checkpoint_every_steps=0 if auto else int(every), keep_checkpoints=job.keep_checkpoints,
                   tensorboard=trackers.tensorboard, progress_bar=settings.progress_bar,
                   log_every_steps=job.log_every_steps, interrupts=interrupt_steps(job), trackers=opened,
-                  async_checkpoints=job.async_checkpoints)
+                  async_checkpoints=job.async_checkpoints, auto_interval_s=auto)
     ctx.report.log(f"{job.name}: {call.name} on {env.world_size} rank(s) via {env.launcher}, device {device}"
                    + (f", attempt {ctx.restarts + 1}" if ctx.restarts else ""))
     if ctx.restarts and not rundir.has_checkpoint(ctx.run_dir):
