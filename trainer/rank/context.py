@@ -41,6 +41,7 @@ class Context:
         # This attempt's time in steps, as the run's effective training time counts it (launcher.rundir.ettr): from
         # the first step's start, less the time the loop stood still for checkpoints.
         self._first_step_at: float | None = None
+        self._made_at = time.time()  # (a function that never calls step_boundary: its whole call counts as steps)
         self._stalled_s = 0.0
         # `checkpoint_every_steps: auto` (its bounds, seconds of steps): rank 0's interval from the run's history
         # (trainer.rank.interval), and its step time at which the next checkpoint is due.
@@ -219,6 +220,8 @@ class Context:
             self.report.log(str(err))
         finally:
             # How this attempt spent its time (launcher.rundir.ettr reads it with the "checkpointed" events).
+            if self._first_step_at is None:
+                self._first_step_at = self._made_at
             self.report.event("timed", outcome=outcome, productive_s=self.productive_s(),
                               stalled_s=round(self._stalled_s, 4), first_step_at=self._first_step_at)
             self.report.close(outcome)
