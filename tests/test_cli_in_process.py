@@ -557,6 +557,7 @@ JOB_LIMITS_OK = [
      "stop_at_accuracy": 0.0, "checkpoint_every_steps": 0, "interrupt_at": 5, "target_metric": "train_loss"},
     {"model": "resnet-small", "dataset": "cifar10", "target_metric": "images_per_second"},
     {"entrypoint": "pkg.mod:main", "target_metric": "my_score"}, {"script": "train.py", "target_metric": "score"},
+    {"checkpoint_every_steps": "auto", "auto_checkpoint_min_s": 0.5, "auto_checkpoint_max_s": 0.5},
 ]
 JOB_LIMITS_BAD = [
     ({"epochs": 0}, "'epochs' has invalid value 0; expected an integer > 0"),
@@ -580,7 +581,10 @@ JOB_LIMITS_BAD = [
     ({"stop_at_accuracy": 1.01}, "'stop_at_accuracy' has invalid value 1.01; expected a number in [0, 1]"),
     ({"stop_at_accuracy": -0.1}, "'stop_at_accuracy' has invalid value -0.1"),
     ({"checkpoint_every_steps": -1}, f"'checkpoint_every_steps' has invalid value -1; expected an integer in [0, "
-     f"{2**31 - 1}] or null"),
+     f"{2**31 - 1}], auto or null"),
+    ({"checkpoint_every_steps": "often"}, "'checkpoint_every_steps' has invalid value 'often'"),
+    ({"auto_checkpoint_min_s": 0}, "'auto_checkpoint_min_s' has invalid value 0.0; expected seconds > 0"),
+    ({"auto_checkpoint_min_s": 90, "auto_checkpoint_max_s": 60}, "'auto_checkpoint_min_s' has invalid value 90"),
     ({"checkpoint_every_steps": 2**31}, "'checkpoint_every_steps' has invalid value 2147483648"),
     ({"target_metric": "acc"}, "'target_metric' has invalid value 'acc'; expected one of test_accuracy, test_loss, "
      "train_loss, images_per_second (any metric name with an entrypoint)"),
