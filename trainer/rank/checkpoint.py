@@ -20,12 +20,11 @@ for it, so a requeue resumes from the newest checkpoint. A checkpoint is durable
 from __future__ import annotations
 
 import copy
-import hashlib
-import io
 import os
 import random
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,44 +32,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from trainer.rank.rundir import checkpoint_files, checkpoint_name
-
-
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write(path: Path, payload: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as fh:
-        fh.write(payload)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
+from trainer.rank import durable, rundir, sharded
+from trainer.rank.rundir import checkpoint_name
 
 
 def save(folder: Path, step: int, state: dict[str, Any], keep: int) -> Path:
     """Write `state` as the checkpoint for global step `step`, then drop all but the newest `keep`."""
     folder.mkdir(parents=True, exist_ok=True)
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    payload = buffer.getvalue()
-    digest = hashlib.sha256(payload).hexdigest().encode()
-    # Layout: 64 hex digits of SHA-256, a newline, then torch.save's bytes.
     path = folder / checkpoint_name(step)
-    atomic_write(path, digest + b"\n" + payload)
-    for old in checkpoint_files(folder)[:-keep]:
-        old.unlink(missing_ok=True)
-    # A writer killed between write and rename leaves its temporary file behind; only rank 0 writes,
-    # one checkpoint at a time, so any other temporary file is such a leftover.
-    for stale in folder.glob(".ckpt-*.tmp-*"):
-        if not stale.name.endswith(f".tmp-{os.getpid()}"):
-            stale.unlink(missing_ok=True)
+    durable.atomic_write(path, durable.encode(state))
+    durable.prune(folder, keep, current=f".{path.name}.tmp-{os.getpid()}")
     return path
 
 
@@ -81,7 +52,8 @@ def frozen(state: dict[str, Any]) -> dict[str, Any]:
 
 
 class Writer:
-    """Rank 0's checkpoint writes in the background, one at a time (the module doc)."""
+    """A rank's checkpoint writes in the background, one at a time (the module doc): rank 0's file, or each rank's
+    shards (trainer.rank.sharded)."""
 
     def __init__(self) -> None:
         self._thread: threading.Thread | None = None
@@ -89,14 +61,19 @@ class Writer:
 
     def start(self, folder: Path, step: int, state: dict[str, Any], keep: int) -> None:
         """Write `state` (already `frozen`) as step `step`'s checkpoint once the write in flight has finished."""
+        self.run(step, lambda: save(folder, step, state, keep))
+
+    def run(self, step: int, write: Callable[[], Any]) -> None:
+        """Call `write` (step `step`'s checkpoint, of state already `frozen`) in the background, once the write in
+        flight has finished."""
         self.wait()
-        self._thread = threading.Thread(target=self._write, args=(folder, step, state, keep),
-                                        name=f"checkpoint-{step}", daemon=True)
+        self._thread = threading.Thread(target=self._write, args=(step, write), name=f"checkpoint-{step}",
+                                        daemon=True)
         self._thread.start()
 
-    def _write(self, folder: Path, step: int, state: dict[str, Any], keep: int) -> None:
+    def _write(self, step: int, write: Callable[[], Any]) -> None:
         try:
-            save(folder, step, state, keep)
+            write()
         except BaseException as err:  # noqa: BLE001 - raised in the training thread by `wait`
             self._failed = (step, err)
 
@@ -111,15 +88,10 @@ class Writer:
                 from err
 
 
-def read(path: Path) -> dict[str, Any]:
-    """Load one checkpoint, raising ValueError if it is truncated or its checksum does not match."""
-    raw = path.read_bytes()
-    digest, sep, payload = raw.partition(b"\n")
-    if not sep or len(digest) != 64:
-        raise ValueError("no checksum header (truncated?)")
-    if hashlib.sha256(payload).hexdigest().encode() != digest:
-        raise ValueError("checksum mismatch (truncated or corrupted)")
-    return torch.load(io.BytesIO(payload), map_location="cpu", weights_only=False)
+def read(path: Path, verify: bool = True) -> dict[str, Any]:
+    """Load one checkpoint, raising ValueError if it is truncated or its checksum does not match. A sharded
+    checkpoint's folder gives its state.pt (trainer.rank.sharded), each shard file checked with `verify`."""
+    return sharded.read(path, verify) if path.is_dir() else durable.read(path)
 
 
 @dataclass
@@ -139,7 +111,7 @@ def load_newest_good(folder: Path) -> Loaded | None:
     report says why).
     """
     skipped: list[tuple[Path, str]] = []
-    for path in reversed(checkpoint_files(folder)):
+    for path in reversed(rundir.checkpoint_files(folder)):
         try:
             state = read(path)
         except Exception as err:  # noqa: BLE001 - any unreadable checkpoint falls back to the previous one

@@ -16,9 +16,9 @@ import torch
 
 from trainer.distributed import environment
 from trainer.distributed.ranks import Ranks
-from trainer.rank import checkpoint, events, interval, timing
+from trainer.rank import checkpoint, events, interval, sharded, timing
 from trainer.rank.reporting import Progress, Reporter
-from trainer.rank.rundir import CHECKPOINTS_DIR
+from trainer.rank.rundir import CHECKPOINTS_DIR, checkpoint_name
 from trainer.rank.stopping import StopHook, StopProtocol, StopSignals
 from trainer.rank.trackers import TrackerRun, Trackers
 
@@ -38,6 +38,7 @@ class Context:
         self.checkpoint_every_steps, self.keep_checkpoints = checkpoint_every_steps, keep_checkpoints
         # Rank 0's writes in the background (trainer.rank.checkpoint's doc); None: each written before the loop goes on.
         self._writer = checkpoint.Writer() if async_checkpoints else None
+        self._write_group: Any = None  # the process group of sharded writes in the background (made at the first)
         # This attempt's time in steps, as the run's effective training time counts it (launcher.rundir.ettr): from
         # the first step's start, less the time the loop stood still for checkpoints.
         self._first_step_at: float | None = None
@@ -108,14 +109,18 @@ class Context:
         mine = self._per_rank if per_rank is None else per_rank
         per_rank_states = self.ranks.gather({"rng": checkpoint.capture_rng(self.device),
                                              "objects": {n: checkpoint.state_of(n, o) for n, o in mine.items()}})
+        shared = sharded.names(objects)  # written by every rank (trainer.rank.sharded), not gathered
+        folder, state = self.run_dir / CHECKPOINTS_DIR, None
         if self.is_main:
             state = {"step": int(step), "world_size": self.world_size, "ranks": per_rank_states,
-                     "objects": {name: checkpoint.state_of(name, obj) for name, obj in objects.items()}}
-            if self._writer is not None:  # a copy now, written while the loop goes on
-                self._writer.start(self.run_dir / CHECKPOINTS_DIR, int(step), checkpoint.frozen(state),
-                                   self.keep_checkpoints)
-            else:
-                checkpoint.save(self.run_dir / CHECKPOINTS_DIR, int(step), state, self.keep_checkpoints)
+                     "objects": {name: checkpoint.state_of(name, obj) for name, obj in objects.items()
+                                 if name not in shared}, **({"sharded": shared} if shared else {})}
+        if shared:
+            self._checkpoint_shards(folder, int(step), objects, shared, state)
+        elif state is not None and self._writer is not None:  # a copy now, written while the loop goes on
+            self._writer.start(folder, int(step), checkpoint.frozen(state), self.keep_checkpoints)
+        elif state is not None:
+            checkpoint.save(folder, int(step), state, self.keep_checkpoints)
         self._saved_step = int(step)
         self.ranks.barrier()
         stall = time.monotonic() - began
@@ -127,6 +132,27 @@ class Context:
             told = self._interval.as_event()
         self.report.event("checkpointed", step=int(step), stall_s=round(stall, 4), productive_s=self.productive_s(),
                           **told)
+
+    def _checkpoint_shards(self, folder: Path, step: int, objects: dict[str, Any], shared: list[str],
+                           state: dict[str, Any] | None) -> None:
+        """Every rank writes its shards of the `shared` objects; rank 0 (`state`: the rest) makes it a checkpoint."""
+        shards = sharded.state_dicts(objects, shared)
+        where, final = sharded.temporary(folder, step, self.restarts), folder / checkpoint_name(step, sharded=True)
+        keep, group = self.keep_checkpoints, None
+        if self._writer is not None:  # copies now, written on a process group of the writes' own
+            if self._write_group is None:
+                self._write_group = sharded.background_group()  # (every rank is here: a collective)
+            shards, state, group = checkpoint.frozen(shards), checkpoint.frozen(state), self._write_group
+
+        def write() -> None:
+            sharded.write_shards(where, shards, group)
+            if state is not None:
+                sharded.finish(where, final, state, keep)
+
+        if self._writer is not None:
+            self._writer.run(step, write)
+        else:
+            write()
 
     def wait_for_checkpoint(self) -> None:
         """Until the checkpoint being written in the background (rank 0's, if any) is durable: a stop and the
@@ -149,29 +175,46 @@ class Context:
         RNG states; return its step, or 0 when there is none (a fresh start). The objects are
         remembered for `checkpoint` and `step_boundary`."""
         self._objects, self._per_rank = dict(objects), dict(per_rank or {})
-        found = checkpoint.load_newest_good(self.run_dir / CHECKPOINTS_DIR)
-        if found is None:
+        # Rank 0 picks the newest checkpoint that loads (checking checksums; a sharded one's every file), every rank
+        # loads that one.
+        found = checkpoint.load_newest_good(self.run_dir / CHECKPOINTS_DIR) if self.is_main else None
+        chosen = self.ranks.broadcast(None if found is None else str(found.path))
+        if chosen is None:
             return 0
-        state = found.state
-        if state["world_size"] != self.world_size:
-            raise RuntimeError(f"{found.path} was written by a run with {state['world_size']} ranks; this one has "
-                               f"{self.world_size}: resuming would change the data order")
-        mine = state["ranks"][self.rank]
-        held, held_mine = state.get("objects", {}), mine.get("objects", {})
-        missing = [n for n in objects if n not in held] + [f"per_rank {n}" for n in self._per_rank if n not in held_mine]
+        path = Path(chosen)
+        state = found.state if found is not None else checkpoint.read(path, verify=False)
+        shared = list(state.get("sharded", []))
+        resharded = state["world_size"] != self.world_size
+        if resharded and not shared:
+            raise RuntimeError(f"{path} was written by a run with {state['world_size']} ranks; this one has "
+                               f"{self.world_size}: resuming would change the data order (only a checkpoint of "
+                               f"sharded state, trainer.rank.sharded, resumes on another world size)")
+        mine = {} if resharded else state["ranks"][self.rank]
+        held, held_mine = {**state.get("objects", {}), **dict.fromkeys(shared)}, mine.get("objects", {})
+        missing = [n for n in objects if n not in held]
+        missing += [] if resharded else [f"per_rank {n}" for n in self._per_rank if n not in held_mine]
         if missing:
-            raise RuntimeError(f"{found.path} holds no {', '.join(missing)} (it holds: "
+            raise RuntimeError(f"{path} holds no {', '.join(missing)} (it holds: "
                                f"{', '.join([*held, *(f'per_rank {n}' for n in held_mine)]) or 'nothing'})")
+        if shared:
+            shards = sharded.state_dicts(objects, [n for n in shared if n in objects])
+            sharded.read_shards(path, shards)
+            sharded.load_into(objects, shards)
         for name, obj in objects.items():
-            checkpoint.load_into(obj, held[name])
-        for name, obj in self._per_rank.items():
-            checkpoint.load_into(obj, held_mine[name])
-        checkpoint.restore_rng(mine["rng"], self.device)
+            if name not in shared:
+                checkpoint.load_into(obj, held[name])
+        if not resharded:  # (a rank of another world size has no RNG or per-rank objects of its own to resume)
+            for name, obj in self._per_rank.items():
+                checkpoint.load_into(obj, held_mine[name])
+            checkpoint.restore_rng(mine["rng"], self.device)
         self._start_step = self._saved_step = int(state["step"])
-        self.resumed_from = str(found.path)
-        skipped = [f"{bad.name}: {why}" for bad, why in found.skipped]
-        self.report.log(f"resumed from {found.path.name}: step {self._start_step}")
-        self.report.event("resumed", checkpoint=found.path.name, step=self._start_step, skipped=skipped)
+        self.resumed_from = str(path)
+        skipped = [f"{bad.name}: {why}" for bad, why in (found.skipped if found is not None else [])]
+        how = (f", resharded from {state['world_size']} ranks to {self.world_size} (not bitwise: each rank's data, "
+               f"RNG and per-rank objects start afresh)" if resharded else "")
+        self.report.log(f"resumed from {path.name}: step {self._start_step}{how}")
+        self.report.event("resumed", checkpoint=path.name, step=self._start_step, skipped=skipped,
+                          **({"resharded_from": state["world_size"]} if resharded else {}))
         return self._start_step
 
     def step_boundary(self, step: int) -> bool:

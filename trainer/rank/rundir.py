@@ -2,7 +2,8 @@
 
     events.jsonl     started/resumed/stopped/finished, appended by rank 0 (trainer.rank.events)
     metrics.jsonl    one line per `ctx.log`, by rank 0 (trainer.rank.reporting)
-    checkpoints/     ckpt-<step>.pt, the newest K (trainer.rank.checkpoint)
+    checkpoints/     ckpt-<step>.pt, the newest K (trainer.rank.checkpoint); a folder ckpt-<step>/ where the
+                     state is sharded across ranks (trainer.rank.sharded)
     model_final.pt   the built-in recipe's final weights (trainer.recipes.training)
     tensorboard/     TensorBoard event files, when the job asks for them
     startup/         each rank's start-up timing marks (trainer.rank.timing)
@@ -35,16 +36,18 @@ FUNCTION_FILE = "function.pkl"
 ATTEMPT_BANNER = "===== [submit.py] attempt started"
 
 # A pattern string: re compiles (and caches) it on first use.
-_CHECKPOINT = r"^ckpt-(\d{9})\.pt$"
+_CHECKPOINT = r"^ckpt-(\d{9})(\.pt)?$"
 
 
-def checkpoint_name(step: int) -> str:
-    """The file of the checkpoint of global step `step` (zero-padded: names sort as steps do)."""
-    return f"ckpt-{step:09d}.pt"
+def checkpoint_name(step: int, sharded: bool = False) -> str:
+    """The file of the checkpoint of global step `step` (zero-padded: names sort as steps do), or its folder when
+    the state is sharded across ranks."""
+    return f"ckpt-{step:09d}" if sharded else f"ckpt-{step:09d}.pt"
 
 
 def checkpoint_files(folder: Path) -> list[Path]:
-    """The checkpoints in `folder` (a run folder's checkpoints/), oldest first; [] when there is none."""
+    """The checkpoints in `folder` (a run folder's checkpoints/: files, or folders of sharded ones), oldest first;
+    [] when there is none."""
     if not folder.is_dir():
         return []
     return sorted(p for p in folder.iterdir() if re.match(_CHECKPOINT, p.name))

@@ -23,7 +23,7 @@ from torch import nn
 
 from trainer.api import Context, steps_per_epoch
 from trainer.config.job import JobConfig
-from trainer.rank import checkpoint
+from trainer.rank import durable
 from trainer.rank.rundir import MODEL_FILE
 from trainer.recipes import components, data, step
 
@@ -201,7 +201,7 @@ def finish(ctx: Context, parts: Parts, loop: Loop) -> dict[str, Any]:
     if ctx.is_main:
         buffer = io.BytesIO()
         torch.save(parts.model.state_dict(), buffer)
-        checkpoint.atomic_write(ctx.run_dir / MODEL_FILE, buffer.getvalue())  # as checkpoints are
+        durable.atomic_write(ctx.run_dir / MODEL_FILE, buffer.getvalue())  # as checkpoints are
     return {"epochs": loop.epoch, "steps": loop.global_step,
             "images_per_second": loop.images_seen * ctx.world_size / max(loop.train_time, 1e-9),
             "train_time_s": round(loop.train_time, 3)}
