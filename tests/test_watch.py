@@ -103,6 +103,18 @@ def test_a_frame_shows_each_tasks_state_progress_and_curve_best_first(sweep: tup
     assert "22/66 (epoch 1/3)" in lines[3] and "1500 img/s" in lines[3] and "lr=0.003" in lines[3]
     assert "ended without a result" in lines[4]
     assert not watcher.ended
+    # The effective training time so far: task 2, submitted 20 s ago, has kept 10 s in steps by its checkpoint.
+    record = json.loads((run_dir / "run.json").read_text())
+    now = time.time()
+    (run_dir / "run.json").write_text(json.dumps({**record, "created": now - 20}))
+    with open(run_dir / "task-0002" / "events.jsonl", "a") as fh:
+        fh.write(json.dumps({"event": "checkpointed", "time": now, "step": 22, "stall_s": 0.5, "productive_s": 10.0})
+                 + "\n")
+    watcher.refresh()
+    header, *rows = text_of(watcher)[1:]
+    (running,) = [r for r in rows if r.startswith("2 ")]
+    shown = running[header.index("ettr"):].split()[0]  # (the column starts where its header does)
+    assert "ettr" in header and shown in {"50%", "49%", "48%", "47%", "46%", "45%"}, (header, running)
     log_epoch(run_dir / "task-0002", 2, 0.6)
     log_epoch(run_dir / "task-0002", 3, 0.95)
     watcher.refresh()

@@ -85,7 +85,7 @@ def status(args: argparse.Namespace) -> int:
             for ts in states:
                 causes = restarts.read(ts.task_dir).by_cause() if ts.restarts else {}
                 print(json.dumps({**ts.as_json(), "cost": costs.get(ts.task), "restart_causes": causes,
-                                  "ettr": _ettr(info, ts), "excluded_nodes": left_out, "run_state": overall,
+                                  "ettr": task_ettr(info, ts), "excluded_nodes": left_out, "run_state": overall,
                                   "signature": info.task_signature(ts.task) or None,
                                   "run_signature": info.signature or None}, default=str), flush=True)
         else:
@@ -140,7 +140,7 @@ def _status_text(info: RecordedRun, states: list[TaskState], summary: dict[str, 
                      + (f"reused from {ts.reused}" if ts.reused and not ts.error else "")])
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     lines = [head] + ["  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1] for r in rows]
-    effective = ettr.Ettr.from_json(_ettr(info, states[0])) if not info.is_sweep and states else None
+    effective = ettr.Ettr.from_json(task_ettr(info, states[0])) if not info.is_sweep and states else None
     if effective is not None:
         lines.append(f"effective training time: {effective.text()}")
     said = ettr.interval_said(states[0].task_dir) if not info.is_sweep and states else None
@@ -161,7 +161,7 @@ def _status_text(info: RecordedRun, states: list[TaskState], summary: dict[str, 
     return "\n".join(line.rstrip() for line in lines)
 
 
-def _ettr(info: RecordedRun, ts: TaskState) -> dict[str, Any] | None:
+def task_ettr(info: RecordedRun, ts: TaskState) -> dict[str, Any] | None:
     """A task's effective training time (launcher.rundir.ettr): as its result recorded it once it ended (a reused
     point's: where it ran), else from its events now."""
     recorded = (ts.result or {}).get("ettr")

@@ -1,6 +1,6 @@
 """`submit.py watch [RUN] [--interval S] [--once]`: a live view of a run or a sweep, redrawn in place
 (rich), until it ends. Per task: its state (pending with SLURM's reason, running, requeued, done, failed, ...), attempt,
-progress (epoch and step from metrics.jsonl) and speed, the last metrics, and a sparkline of the
+progress (epoch and step from metrics.jsonl) and speed, its effective training time ratio (ettr), the last metrics, and a sparkline of the
 target metric; a sweep's tasks sorted by that metric. States and attempts come from
 launcher.rundir.states and the head line and pending reason from `status`'s own (operate), so the two
 views never disagree; progress comes from each task's files, read from where the last refresh stopped
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.commands.console import EXIT_FAILED, EXIT_OK, ArgumentParser, overrides_text, relative
-from launcher.commands.operate import add_run_arguments, controller_note, find, head_line, waiting_text
+from launcher.commands.operate import add_run_arguments, controller_note, find, head_line, task_ettr, waiting_text
 from launcher.rundir import exclusions
 from launcher.rundir.progress import TaskView
 from launcher.rundir.record import load_run
@@ -98,7 +98,7 @@ class Watcher:
         table = Table(box=None, pad_edge=False, header_style="bold", expand=True)
         # The narrow columns keep their width on a small terminal; the overrides and last metrics share
         # what is left (ratio), cut with an ellipsis (rich would otherwise drop whole columns).
-        for column in ("task", "state", "attempt", "progress", "speed", metric, "curve"):
+        for column in ("task", "state", "attempt", "progress", "speed", "ettr", metric, "curve"):
             table.add_column(column, no_wrap=True)
         for column in [*(["overrides"] if self.info.is_sweep else []), "last metrics"]:
             table.add_column(column, no_wrap=True, overflow="ellipsis", ratio=1)
@@ -109,6 +109,7 @@ class Watcher:
             value = view.last.get(metric)
             table.add_row(str(ts.task), Text(_state_text(ts, shown), style=COLOURS.get(shown, "")),
                           str(ts.attempt), view.progress(ts.overrides.get("epochs", epochs)), view.speed(),
+                          _ettr_text(self.info, ts),
                           f"{value:.4f}" if isinstance(value, (int, float)) else "-", sparkline(list(view.curve)),
                           *([overrides_text(ts.overrides)] if self.info.is_sweep else []),
                           ts.error if ts.state not in ACTIVE + ("completed",) and ts.error
@@ -121,6 +122,15 @@ class Watcher:
 def _state_text(ts: TaskState, shown: str) -> str:
     """`pending (Resources, expected to start 15:20)`: SLURM's reason and expected start, as `status` says them."""
     return f"{shown} ({waiting_text(ts, '%H:%M')})" if ts.waiting else shown
+
+
+def _ettr_text(info: Any, ts: TaskState) -> str:
+    """The task's effective training time ratio so far (launcher.rundir.ettr; `status` says its parts): read from its
+    result once it ended, from its events while it runs, nothing while it waits."""
+    if ts.state not in ACTIVE + ("completed",) or ts.state == "pending":
+        return "-"
+    found = task_ettr(info, ts)
+    return f"{found['ratio']:.0%}" if found else "-"
 
 
 def _metrics_text(last: dict[str, Any], metric: str) -> str:
