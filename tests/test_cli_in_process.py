@@ -314,6 +314,8 @@ def test_a_submission_moved_to_a_free_folder_name_trains_there(tmp_path: Path) -
     assert (sub.run_dir, sub.log_dir) == (tmp_path / "free", tmp_path / "free" / "logs")
     assert [t.settings.run_dir for t in sub.tasks] == [str(tmp_path / "free" / f"task-000{i}") for i in (0, 1)]
     assert [t.job for t in sub.tasks] == [job, job]
+    # The points before each, whose interruptions `checkpoint_every_steps: auto` reads (trainer.rank.interval).
+    assert [t.settings.history for t in sub.tasks] == [[], [str(tmp_path / "free" / "task-0000")]]
 
 
 SET_ERRORS = [

@@ -58,3 +58,16 @@ def test_the_checkpoint_interval_is_young_and_dalys_from_the_runs_own_history(tm
     later.measured(8.0)
     assert later.stall_s == pytest.approx(4.25) and later.seconds == pytest.approx(58.31, abs=0.01)
     assert interval.from_history(tmp_path, 30, 40, now=400.0).seconds == 30  # and never above the upper one
+    # A sweep point's predecessors (RunSettings.history: the points before it): their interruptions over their time
+    # pooled, and their stalls until it has its own; a folder without a log is not one.
+    earlier = [tmp_path / "task-0000", tmp_path / "task-0001", tmp_path / "task-0002"]
+    for folder, log in zip(earlier[:2], [[{"event": "started", "time": 0.0}, {"event": "started", "time": 100.0},
+                                          {"event": "checkpointed", "time": 150.0, "step": 9, "stall_s": 2.0}],
+                                         [{"event": "started", "time": 0.0}, {"event": "finished", "time": 50.0}]]):
+        folder.mkdir()
+        (folder / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in log))
+    (tmp_path / "task-0003").mkdir()
+    point = interval.from_history(tmp_path / "task-0003", 10, 3600, now=1000.0, predecessors=[str(f) for f in earlier])
+    assert (point.mtbi_s, point.interruptions, point.stall_s, point.predecessors) == (200.0, 1, 2.0, 2)
+    assert point.seconds == pytest.approx(28.28, abs=0.01)  # sqrt(2 x 200 x 2)
+    assert "(1 interruption(s)) over this run and 2 earlier point(s)" in interval.why(point.as_event())

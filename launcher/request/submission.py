@@ -178,6 +178,11 @@ def local_parameters(profile: Profile) -> dict[str, Any]:
             "gpus_per_node": profile.gpus_per_node, "signal_delay_s": profile.signal_delay_s}
 
 
+# How many of a sweep's points before a point its `checkpoint_every_steps: auto` reads (trainer.rank.interval): enough
+# for a rate of interruptions, few enough that starting a point of a 10,000-point sweep reads a handful of files.
+HISTORY_POINTS = 16
+
+
 def run_settings(profile: Profile, point: Point, folder: Path, swept: bool, run_dir: Path) -> RunSettings:
     """What the profile decides for one task, training in `folder` (its data folder and trackers
     came resolved with the point: launcher.config.resolve)."""
@@ -190,6 +195,8 @@ def run_settings(profile: Profile, point: Point, folder: Path, swept: bool, run_
         max_restarts=profile.max_timeout_requeues,
         tracker=point.tracker, profile=profile.name, task=point.task, swept=dict(point.overrides) if swept else {},
         sweep=run_dir.name if swept else "",
+        history=[str(task_dir(run_dir, t, True)) for t in range(max(0, point.task - HISTORY_POINTS), point.task)]
+        if swept else [],
     )
 
 

@@ -225,6 +225,9 @@ class RunSettings:
     sweep: str = ""
     task: int = 0
     swept: dict[str, Any] = field(default_factory=dict)
+    # The folders of runs before this one whose interruptions and checkpoint stalls count for `checkpoint_every_steps:
+    # auto` (trainer.rank.interval): a sweep point's, the points of its sweep just before it.
+    history: list[str] = field(default_factory=list)
 
 
 def data_folder(job: JobConfig, default: str) -> str:

@@ -31,7 +31,8 @@ class Context:
                  checkpoint_every_steps: int = 0, keep_checkpoints: int = 3, tensorboard: bool = False,
                  progress_bar: bool = False, log_every_steps: int = 50,
                  interrupts: frozenset[int] | set[int] = frozenset(), trackers: Trackers | None = None,
-                 async_checkpoints: bool = True, auto_interval_s: tuple[float, float] | None = None) -> None:
+                 async_checkpoints: bool = True, auto_interval_s: tuple[float, float] | None = None,
+                 history: list[str] | tuple[str, ...] = ()) -> None:
         self.env, self.device, self.config = env, device, config
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -62,7 +63,8 @@ class Context:
         # launcher on rank 0), or torchrun's restart count. Rank 0 reads, everyone agrees.
         self.restarts = int(self.ranks.broadcast(previous_attempts(self.run_dir) if env.is_main else 0))
         if auto_interval_s is not None and env.is_main:
-            self._interval = interval.from_history(self.run_dir, *auto_interval_s, now=time.time())
+            self._interval = interval.from_history(self.run_dir, *auto_interval_s, now=time.time(),
+                                                   predecessors=history)
             self._due_at = self._interval.seconds
             self.report.event("checkpoint_interval", **self._interval.as_event())
 

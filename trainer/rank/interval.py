@@ -2,11 +2,13 @@
 steps between checkpoints that loses least is about sqrt(2 x mean time between interruptions x the stall of one
 checkpoint), here kept within the job's bounds (`auto_checkpoint_min_s`, `auto_checkpoint_max_s`).
 
-Both measurements come from the run's own event log (trainer.rank.events), which every attempt extends: the mean
-time between interruptions is the time since the first attempt started over the attempts that were interrupted
-(preemptions, time limits, failures: each new attempt is one), and the stall is the median of the newest
-checkpoints' stalls (the "checkpointed" events: with asynchronous checkpoints, the in-memory copy). Before there is
-any, a prior stands in and says so: a day between interruptions, a second per checkpoint. Rank 0 decides by its
+Both measurements come from event logs (trainer.rank.events): the run's own, which every attempt extends, and its
+predecessors' (`RunSettings.history`: a sweep point's, the points of its sweep before it, which ran the same code on
+the same cluster). The mean time between interruptions is the time since each log's first attempt started (a
+predecessor's: until its last event) over the attempts that were interrupted (preemptions, time limits, failures:
+each new attempt is one), all logs pooled; the stall is the median of the newest checkpoints' stalls (the
+"checkpointed" events: with asynchronous checkpoints, the in-memory copy), the run's own once it has any. Before
+there is any, a prior stands in and says so: a day between interruptions, a second per checkpoint. Rank 0 decides by its
 clock and the ranks agree at the step boundary (trainer.rank.stopping). No torch here.
 """
 
@@ -35,6 +37,7 @@ class Interval:
     interruptions: int
     stall_s: float
     stalls_measured: int
+    predecessors: int = 0  # the other logs read (their interruptions are among `interruptions`)
 
     @property
     def seconds(self) -> float:
@@ -43,7 +46,7 @@ class Interval:
     def as_event(self) -> dict[str, Any]:
         return {"interval_s": round(self.seconds, 3), "mtbi_s": round(self.mtbi_s, 1),
                 "interruptions": self.interruptions, "interval_stall_s": round(self.stall_s, 4),
-                "interval_min_s": self.min_s, "interval_max_s": self.max_s}
+                "interval_min_s": self.min_s, "interval_max_s": self.max_s, "predecessors": self.predecessors}
 
     def measured(self, stall_s: float) -> None:
         """A checkpoint of this attempt stalled the loop `stall_s`: the newest measurement counts most."""
@@ -51,16 +54,33 @@ class Interval:
         self.stalls_measured += 1
 
 
-def from_history(run_dir: Path | str, min_s: float, max_s: float, now: float) -> Interval:
-    """The interval for an attempt starting now, from the run's event log so far."""
-    log = [e for e in events.read(run_dir) if isinstance(e.get("time"), (int, float))]
+def from_history(run_dir: Path | str, min_s: float, max_s: float, now: float,
+                 predecessors: list[str] | tuple[str, ...] = ()) -> Interval:
+    """The interval for an attempt starting now, from the run's event log so far and its predecessors' logs."""
+    span, interruptions, stalls = _history(events.read(run_dir), now)
+    earlier: list[float] = []
+    read = 0
+    for folder in predecessors:
+        log = events.read(folder)
+        if log:
+            more = _history(log, None)
+            span, interruptions, earlier, read = span + more[0], interruptions + more[1], earlier + more[2], read + 1
+    mtbi = span / interruptions if interruptions and span > 0 else PRIOR_MTBI_S
+    measured = stalls or earlier  # (the run's own, once it has any: its state, its file system)
+    stall = statistics.median(measured[-NEWEST_STALLS:]) if measured else PRIOR_STALL_S
+    return Interval(min_s, max_s, mtbi, interruptions, stall, len(measured), read)
+
+
+def _history(log: list[dict[str, Any]], now: float | None) -> tuple[float, int, list[float]]:
+    """One log's time from its first start (until `now`, or its last event for a log that is not this attempt's),
+    its interruptions and its checkpoints' stalls."""
+    log = [e for e in log if isinstance(e.get("time"), (int, float))]
     starts = [float(e["time"]) for e in log if events.starts_attempt(e)]
-    interruptions = max(0, len(starts) - 1)
-    mtbi = (now - starts[0]) / interruptions if interruptions and now > starts[0] else PRIOR_MTBI_S
+    end = now if now is not None else max((float(e["time"]) for e in log), default=0.0)
+    span = max(0.0, end - starts[0]) if starts else 0.0
     stalls = [float(e["stall_s"]) for e in log if e["event"] == "checkpointed"
               and isinstance(e.get("stall_s"), (int, float)) and not isinstance(e.get("stall_s"), bool)]
-    stall = statistics.median(stalls[-NEWEST_STALLS:]) if stalls else PRIOR_STALL_S
-    return Interval(min_s, max_s, mtbi, interruptions, stall, len(stalls))
+    return span, max(0, len(starts) - 1), stalls
 
 
 def why(event: dict[str, Any]) -> str:
@@ -69,5 +89,6 @@ def why(event: dict[str, Any]) -> str:
     interrupted = event.get("interruptions")
     told = (f"about {event.get('interval_s')} s of steps = sqrt(2 x mean time between interruptions {mtbi} s"
             + (" (none yet: the prior)" if interrupted == 0 else f" ({interrupted} interruption(s))")
+            + (f" over this run and {event['predecessors']} earlier point(s)" if event.get("predecessors") else "")
             + f" x stall {stall} s), within {event.get('interval_min_s')}..{event.get('interval_max_s')} s")
     return told

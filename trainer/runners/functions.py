@@ -111,7 +111,8 @@ def call_on_rank(call: Call, job: JobConfig, settings: RunSettings, env: DistEnv
                   on_stop=on_stop, checkpoint_every_steps=0 if auto else int(every), keep_checkpoints=job.keep_checkpoints,
                   tensorboard=trackers.tensorboard, progress_bar=settings.progress_bar,
                   log_every_steps=job.log_every_steps, interrupts=interrupt_steps(job), trackers=opened,
-                  async_checkpoints=job.async_checkpoints, auto_interval_s=auto)
+                  async_checkpoints=job.async_checkpoints, auto_interval_s=auto,
+                  history=settings.history)
     ctx.report.log(f"{job.name}: {call.name} on {env.world_size} rank(s) via {env.launcher}, device {device}"
                    + (f", attempt {ctx.restarts + 1}" if ctx.restarts else ""))
     if ctx.restarts and not rundir.has_checkpoint(ctx.run_dir):
