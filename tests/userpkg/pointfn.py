@@ -80,8 +80,9 @@ def train(ctx: Context, config: PointConfig) -> dict:
             assert values[0].item() == -values[1].item() == loss, "the ranks disagree"
         ctx.log({"loss": loss}, step)
 
-    began = time.perf_counter()
+    began, cpu = time.perf_counter(), time.thread_time()  # (one thread: the rank's intra-op threads are 1)
     loss = _steps(config, net, optimizer, x, y, start, before, after)
     if ctx.is_main:
         torch.save(net.state_dict(), ctx.run_dir / "weights.pt")
-    return {"loss": loss, "steps": config.steps, "fit_s": time.perf_counter() - began}
+    return {"loss": loss, "steps": config.steps, "fit_s": time.perf_counter() - began,
+            "fit_cpu_s": time.thread_time() - cpu}
