@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import os
 import signal
 from types import SimpleNamespace
 from typing import Any
@@ -22,7 +23,7 @@ from typing import Any
 from submitit.core import utils
 from submitit.core.job_environment import JobEnvironment, SignalHandler
 from submitit.local.debug import DebugJob
-from submitit.slurm.slurm import SlurmExecutor
+from submitit.slurm.slurm import SlurmExecutor, SlurmInfoWatcher
 
 # (owner, attribute, what we use it for)
 REQUIRED: tuple[tuple[type, str, str], ...] = (
@@ -32,6 +33,7 @@ REQUIRED: tuple[tuple[type, str, str], ...] = (
     (SignalHandler, "has_timed_out", "time-out or preemption"),
     (SlurmExecutor, "_make_submission_file_text", "the sbatch script for --dry-run"),
     (SlurmExecutor, "_submitit_command_str", "the command the sbatch script runs"),
+    (SlurmInfoWatcher, "_make_command", "submitit's sacct while --wait waits, which must name the run's cluster"),
 )
 
 
@@ -95,3 +97,20 @@ def timeout_requeues_left(handler: SignalHandler) -> int | None:
 def submission_script(executor: Any) -> str:
     """The sbatch script `executor` would submit (what submitit writes to the job's folder)."""
     return str(executor._make_submission_file_text(executor._submitit_command_str, "dry-run"))
+
+
+def sacct_names_the_cluster() -> None:
+    """submitit's watcher asks sacct for the jobs' states, and sacct, unlike SLURM's other commands, ignores
+    SLURM_CLUSTERS (the profile's `clusters:`, set in this process while a run is sent and waited for): its command
+    gets the `-M` that sacct reads instead. Once per process; a run without a cluster is asked as before."""
+    if getattr(SlurmInfoWatcher._make_command, "names_the_cluster", False):
+        return
+    made = SlurmInfoWatcher._make_command
+
+    def with_cluster(self: SlurmInfoWatcher) -> list[str] | None:
+        command = made(self)
+        cluster = os.environ.get("SLURM_CLUSTERS", "")
+        return command if command is None or not cluster else [command[0], "-M", cluster, *command[1:]]
+
+    with_cluster.names_the_cluster = True  # type: ignore[attr-defined]
+    SlurmInfoWatcher._make_command = with_cluster  # type: ignore[method-assign]

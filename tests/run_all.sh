@@ -49,7 +49,7 @@ took() { echo "tests/run_all.sh: $1 took $(( SECONDS - $2 )) s"; }
 passed() { [ "$1" -eq 0 ] || [ "$1" -eq 5 ]; }
 
 # 1. The whole suite, on 24.11.
-python3 -m launcher.devcluster up --nodes 4 --slurm 24.11 --cred-expire 10
+python3 -m launcher.devcluster up --nodes 4 --slurm 24.11 --cred-expire 10 --clusters 2  # (second: tests/test_clusters.py)
 start=$SECONDS
 # Two workers, one test file each at a time (--dist loadgroup: tests/schedule.py makes each file a group,
 # which keeps its module fixtures and its runs on one worker, and the files that mostly wait on SLURM
@@ -78,7 +78,7 @@ took "the controller outage and the files beside it" "$start"
 
 # 2. The SLURM-facing core (tests/conftest.py's SLURM_CORE), on 22.05 (never recorded: a part of some files).
 start=$SECONDS
-python3 -m launcher.devcluster up --nodes 4 --slurm 22.05 --cred-expire 10
+python3 -m launcher.devcluster up --nodes 4 --slurm 22.05 --cred-expire 10 --clusters 1
 core=0
 python3 -m pytest -n "${DDP_TEST_WORKERS:-2}" --dist loadgroup --no-loadscope-reorder -p no:cacheprovider \
     -m "slurm_core and not controller_outage" "$@" || core=$?

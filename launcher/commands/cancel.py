@@ -53,14 +53,14 @@ def cancel(args: argparse.Namespace) -> int:
         ids = [ts.job_id for ts in active]
     if info.step:  # a job step of an allocation: that step, never the allocation (the user's own)
         ids = allocation.steps_named(str(info.step["job_id"]), allocation.step_name(run_dir.name),
-                                     slurm_env(info.slurm_conf))
+                                     slurm_env(info.slurm_conf, cluster=info.cluster))
     elif info.executor == "slurm":
         ids = scancel_ids(ids, ids if info.is_pool else [ts.job_id for ts in states])
     if not ids:
         print(f"nothing to cancel: the job step of {relative(run_dir)} has ended", flush=True)
         return EXIT_OK
     if info.executor == "slurm":
-        failed = scancel(ids, slurm_env(info.slurm_conf))
+        failed = scancel(ids, slurm_env(info.slurm_conf, cluster=info.cluster))
         if failed:
             print(f"error: scancel failed: {failed}", file=sys.stderr)
             return EXIT_FAILED
@@ -105,7 +105,7 @@ def _cancel_task(info: RecordedRun, states: list[TaskState], task: int) -> int:
         print(f"nothing to cancel: {where} is {ts.state}", flush=True)
         return EXIT_OK
     if info.executor == "slurm":
-        failed = scancel([ts.job_id], slurm_env(info.slurm_conf))
+        failed = scancel([ts.job_id], slurm_env(info.slurm_conf, cluster=info.cluster))
         if failed:
             print(f"error: scancel failed: {failed}", file=sys.stderr)
             return EXIT_FAILED

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Optional, Union
 
-from launcher.config import destination, retry_keys, runner_keys, units
+from launcher.config import cluster_keys, destination, retry_keys, runner_keys, units
 from launcher.config.sbatch_options import check_sbatch_extra
 from trainer.config import values
 from trainer.config.files import FileKind, Renamed
@@ -52,6 +52,8 @@ class Profile:
     time: Union[int, str] = 60
     partition: str = ""
     account: str = ""
+    # Which of the site's clusters runs the job (SLURM's -M, on every command: launcher.config.cluster_keys); "".
+    clusters: Union[str, list[str]] = ""
     qos: str = ""
     constraint: str = ""
     # Shell lines run in the batch script before the tasks start, as written by the profile's author
@@ -182,6 +184,7 @@ class Profile:
         runner_keys.check(self.executor, self.launch, self.login, self.sweep_runner, self.pool_workers,
                           self.in_allocation)
         retry_keys.check(self.executor, self.container, self.max_failures, self.node_error_patterns)
+        cluster_keys.check(self.clusters, self.executor, self.in_allocation)
         for key in ("partition", "account", "qos"):
             value = getattr(self, key)
             require(re.fullmatch(r"[A-Za-z0-9_.-]*", value) is not None, key, value,

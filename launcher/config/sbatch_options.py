@@ -32,12 +32,11 @@ MODELLED_SBATCH_OPTIONS = {
 
 
 
-# Options that would break the run whatever the profile says. -M/--clusters sends the job to
-# another cluster, where the run's squeue, sacct, scancel and `scontrol requeue` (which name no
-# cluster) cannot see it: status would call it lost and a requeue would fail.
+# Options that would break the run whatever the profile says. -M/--clusters in sbatch_extra would send the job
+# to another cluster behind the toolkit's back: the profile's `clusters:` key does it, for every command.
 UNSUPPORTED_SBATCH_OPTIONS = {
-    "clusters": "the job would run on another cluster, where this run's squeue, sacct, scancel and scontrol "
-                "calls cannot see it; submit with that cluster's slurm_conf (its own controller) instead",
+    "clusters": "it would send the job to another cluster without this run's other SLURM commands; use the "
+                "profile key clusters: NAME, which puts -M on all of them",
     "hetjob": "a heterogeneous job needs '#SBATCH hetjob' separator lines between components, not an option; "
               "the run is one homogeneous allocation (nodes x tasks_per_node)",
     "packjob": "the former name of hetjob: a heterogeneous job is not one homogeneous allocation",

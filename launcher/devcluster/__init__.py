@@ -13,7 +13,8 @@ Modules: ``paths`` (the state folder, settings, ClusterError), ``releases`` (whi
 SLURM, and where its programs are: this machine's packages, or Debian 13's unpacked), ``config`` (the
 spec, slurm.conf/gres.conf/slurmdbd.conf, /etc/hosts), ``processes`` (pid
 files, starting and stopping), ``daemons`` (munge, MariaDB, slurmdbd,
-slurmctld, slurmd, accounting, node readiness), ``commands`` and ``cli`` (with
+slurmctld, slurmd, accounting, node readiness), ``second`` (a second cluster in the same slurmdbd, for
+``-M``: ``up --clusters 2``), ``commands`` and ``cli`` (with
 ``__main__``: ``python -m launcher.devcluster``); for the tests and benchmarks, ``faults`` (a node dying and
 coming back, the controller back, on purpose) and ``sshd`` (a real OpenSSH server as the cluster's login node),
 which this file does not import.

@@ -48,6 +48,9 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     up_p.add_argument("--cred-expire", type=_seconds, metavar="SECONDS",
                       help=f"AuthInfo cred_expire, how long a requeued job waits before it may start again "
                            f"(default: as last time, else {CRED_EXPIRE_S}; SLURM's own default: 120)")
+    up_p.add_argument("--clusters", type=int, choices=(1, 2),
+                      help="2: also cluster 'second' (nodes sec1, sec2) in the same slurmdbd, for -M "
+                           "(default: as last time, else 1)")
     sub.add_parser("status", help="show daemons and sinfo; exit 0 if up")
     sub.add_parser("down", help="cancel jobs and stop every daemon started by up")
     sub.add_parser("env", help="print export lines for the SLURM client commands")
@@ -60,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "install":
             install(args.slurm)
         elif args.command == "up":
-            up(args.nodes, args.max_array_size, args.slurm, args.cred_expire)
+            up(args.nodes, args.max_array_size, args.slurm, args.cred_expire, args.clusters)
         elif args.command == "status":
             return 0 if status() else 1
         elif args.command == "down":

@@ -18,7 +18,9 @@ from launcher.devcluster.config import (
     save_spec,
     write_configs,
 )
+import launcher.devcluster.second as second
 from launcher.devcluster.daemons import (
+    USABLE_STATES,
     node_states,
     register_accounting,
     start_mariadb,
@@ -42,6 +44,7 @@ from launcher.devcluster.paths import (
     COMMAND,
     CRED_EXPIRE_S,
     DEFAULT_MAX_ARRAY_SIZE,
+    READY_TIMEOUT_S,
     STATE_DIR,
     ClusterError,
     active_clients,
@@ -117,7 +120,7 @@ def _require_root() -> None:
 
 
 def up(nodes: int | None, max_array_size: int | None, slurm: str | None = None,
-       cred_expire: int | None = None) -> None:
+       cred_expire: int | None = None, clusters: int | None = None) -> None:
     _require_root()
     old = load_spec()
     rel = release(slurm or (old.slurm if old else None))
@@ -129,17 +132,22 @@ def up(nodes: int | None, max_array_size: int | None, slurm: str | None = None,
         max_array_size=max_array_size or (old.max_array_size if old else DEFAULT_MAX_ARRAY_SIZE),
         slurm=rel.version,
         cred_expire=cred_expire or (old.cred_expire if old else CRED_EXPIRE_S),
+        clusters=clusters or (old.clusters if old else 1),
     )
     started = time.monotonic()
     if old and old.slurm != spec.slurm:
+        second.cancel_all()
         _cancel_jobs()  # the other release's jobs: its daemons stop below (their configs change)
     link_clients(rel)
     make_dirs(spec)
     make_fake_gpus()
-    ensure_hosts(spec)
+    ensure_hosts(spec.all_nodes() + second.nodes(spec))
     changed = write_configs(spec)
+    if second.write_configs(spec) or (old is not None and old.clusters != spec.clusters):
+        changed.add("slurm")
     save_spec(spec)
     if "slurm" in changed or "slurmdbd" in changed:
+        second.stop()
         stop_slurm()  # running daemons hold the old config
     if "slurmdbd" in changed:
         stop_daemon("slurmdbd")
@@ -148,8 +156,12 @@ def up(nodes: int | None, max_array_size: int | None, slurm: str | None = None,
     start_slurmdbd(spec)
     register_accounting()
     start_slurm(spec)
+    second.start(spec)
     wait_nodes_ready(spec)
+    second.wait_ready(spec, USABLE_STATES, READY_TIMEOUT_S)
     names = ", ".join(n.name for n in spec.all_nodes())
+    if spec.clusters > 1:
+        names += f"; cluster {second.NAME}: " + ", ".join(n.name for n in second.nodes(spec))
     print(f"SLURM {rel.version} dev cluster up in {time.monotonic() - started:.1f}s: {names}")
     print(f"use it with: eval \"$({COMMAND} env)\"")
 
@@ -174,6 +186,7 @@ def _cancel_jobs() -> None:
 
 
 def down() -> None:
+    second.cancel_all()
     _cancel_jobs()
     for name in reversed(started_names()):
         stop_daemon(name, timeout=30 if name == "mariadb" else 15)
@@ -191,10 +204,12 @@ def is_up() -> bool:
     if spec is None or not slurm_conf_path().exists():
         return False
     expected = ["mariadb", "munged", "slurmdbd", "slurmctld"]
-    expected += [f"slurmd-{n.name}" for n in spec.all_nodes()]
+    expected += [f"slurmd-{n.name}" for n in spec.all_nodes() + second.nodes(spec)]
+    expected += [second.CTLD] if spec.clusters > 1 else []
     if not all(running_pid(name) for name in expected):
         return False
-    return not unready(spec, node_states())
+    theirs = second.node_states() or {} if spec.clusters > 1 else {}
+    return not unready(spec, node_states()) and all(theirs.get(n.name) in USABLE_STATES for n in second.nodes(spec))
 
 
 def status() -> bool:
@@ -204,7 +219,9 @@ def status() -> bool:
         print(f"  {name:<14} {'running, pid ' + str(pid) if pid else 'NOT running'}")
     if not started_names():
         print("  (no daemons started)")
-    sinfo = probe(["sinfo"]) if slurm_conf_path().exists() else None
+    spec = load_spec()
+    sinfo = probe(["sinfo", *(["-M", "all"] if spec and spec.clusters > 1 else [])]) \
+        if slurm_conf_path().exists() else None
     print(sinfo.stdout if sinfo else "sinfo: slurmctld not reachable")
     ok = is_up()
     print("cluster is UP" if ok else "cluster is NOT up")

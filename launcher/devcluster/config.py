@@ -86,6 +86,8 @@ class Spec:
     # AuthInfo's cred_expire: how long a requeued job waits before it may start again (SLURM's default
     # is 120 s; `up --cred-expire 120` shows what a stock site's users wait).
     cred_expire: int = CRED_EXPIRE_S
+    # 2: a second cluster, registered in the same slurmdbd (launcher/devcluster/second.py), for `-M`.
+    clusters: int = 1
 
     @property
     def release(self) -> Release:
@@ -135,30 +137,34 @@ def _auth_info(spec: Spec) -> str:
     return f"socket={munge_socket()},cred_expire={spec.cred_expire}"
 
 
-def render_slurm_conf(spec: Spec) -> str:
+def render_slurm_conf(spec: Spec, name: str = CLUSTER_NAME, port: int = CTLD_PORT, nodes: list[Node] | None = None,
+                      ctld: str = "slurmctld") -> str:
+    """The cluster's slurm.conf; another cluster of the same dev cluster (second.py) passes its own name, port,
+    nodes and slurmctld's name (its state, pid and log files)."""
     s = STATE_DIR
+    nodes = spec.all_nodes() if nodes is None else nodes
     node_lines = "\n".join(
         f"NodeName={n.name} NodeAddr={n.addr} NodeHostname={n.name} Port={n.port}"
         + (f" Gres=gpu:{GPU_TYPE}:{n.gpus}" if n.gpus else "")
-        for n in spec.all_nodes()
+        for n in nodes
     )
-    cpu_nodes = ",".join(n.name for n in spec.all_nodes() if not n.gpus)
-    gpu_nodes = ",".join(n.name for n in spec.all_nodes() if n.gpus)
+    cpu_nodes = ",".join(n.name for n in nodes if not n.gpus)
+    gpu_nodes = ",".join(n.name for n in nodes if n.gpus)
     return f"""\
 {GENERATED}; edits are overwritten by `up`.
-ClusterName={CLUSTER_NAME}
+ClusterName={name}
 SlurmctldHost={socket.gethostname()}(127.0.0.1)
-SlurmctldPort={CTLD_PORT}
+SlurmctldPort={port}
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
 AuthInfo={_auth_info(spec)}
-StateSaveLocation={s}/{spool(spec)}/slurmctld
+StateSaveLocation={s}/{spool(spec)}/{ctld}
 SlurmdSpoolDir={s}/{spool(spec)}/slurmd-%n{_plugin_dir(spec)}
-SlurmctldPidFile={own_pid_file("slurmctld")}
+SlurmctldPidFile={own_pid_file(ctld)}
 SlurmdPidFile={own_pid_file("slurmd-%n")}
-SlurmctldLogFile={log_file("slurmctld")}
+SlurmctldLogFile={log_file(ctld)}
 SlurmdLogFile={log_file("slurmd-%n")}
 SlurmctldDebug=info
 SlurmdDebug=info
@@ -278,14 +284,14 @@ def is_our_hosts_line(line: str) -> bool:
     return line.rstrip().endswith((HOSTS_MARK, *OLD_HOSTS_MARKS))
 
 
-def ensure_hosts(spec: Spec) -> None:
+def ensure_hosts(nodes: list[Node]) -> None:
     """Map node names to their loopback addresses in /etc/hosts, idempotently.
 
     Rewritten in place, not via rename: /etc/hosts is often a bind mount.
     """
     lines = HOSTS_FILE.read_text().splitlines()
     kept = [line for line in lines if not is_our_hosts_line(line)]
-    wanted = [f"{n.addr}\t{n.name}\t{HOSTS_MARK}" for n in spec.all_nodes()]
+    wanted = [f"{n.addr}\t{n.name}\t{HOSTS_MARK}" for n in nodes]
     if kept + wanted != lines:
         with HOSTS_FILE.open("w") as f:
             f.write("\n".join(kept + wanted) + "\n")

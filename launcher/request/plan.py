@@ -18,7 +18,7 @@ from typing import Any
 from launcher.cluster import preflights
 from launcher.cluster.slurm import allocation
 from launcher.cluster.jobids import distinct_bases, is_slurm
-from launcher.config import checks
+from launcher.config import checks, cluster_keys
 from launcher.config.after import dependency
 from launcher.config.after import split as split_after
 from launcher.config.profile import Profile
@@ -100,7 +100,7 @@ def dependencies(after: list[str], profile: Profile) -> list[str]:
     items = []
     for item in after:
         run, condition = split_after(item, _names_folder(item))
-        ids = _job_ids_of(run, profile.login)
+        ids = _job_ids_of(run, profile.login, (cluster_keys.names(profile.clusters) or [""])[0])
         items += dependency(ids, condition)
     return items
 
@@ -206,9 +206,10 @@ class Plan:
         raise NotImplementedError
 
 
-def _job_ids_of(after: str, login: str = "") -> list[str]:
+def _job_ids_of(after: str, login: str = "", cluster: str = "") -> list[str]:
     """The job ids `--after RUN` depends on: a run recorded here by a submission over SSH
-    (launcher.remote.ssh_record), or a run folder's run.json."""
+    (launcher.remote.ssh_record), or a run folder's run.json, which ran on `cluster` (a dependency names a job of
+    the cluster the new job goes to: SLURM has none across clusters)."""
     from launcher.remote.ssh_record import after_ids  # (--after only: a new run's dry run does not load it)
 
     record.check_path("--after", after)
@@ -226,6 +227,10 @@ def _job_ids_of(after: str, login: str = "") -> list[str]:
                           f"run that SLURM queued")
     if not ids:
         raise ConfigError(f"--after {run_dir}: that run has no SLURM job id to depend on")
+    if info.cluster != cluster:
+        raise ConfigError(f"--after {run_dir}: that run went to cluster {info.cluster or 'of its slurm_conf'}, this "
+                          f"one goes to {cluster or 'the cluster of its slurm_conf'}; SLURM has no dependency across "
+                          f"clusters: send both to one (profile.clusters)")
     if info.record.get("resumes"):
         # A resumed sweep's first array has failed tasks (afterok on it never holds): depend on the
         # job that ran each task last instead.

@@ -34,7 +34,7 @@ from trainer.config.schema import ConfigError
 
 def task_environment(caller: Mapping[str, str], slurm_conf: str, search_path: list[str] | None = None,
                      extra: dict[str, str] | None = None, local: bool = False,
-                     project_copy: str | None = None) -> dict[str, str]:
+                     project_copy: str | None = None, cluster: str = "") -> dict[str, str]:
     """The environment the tasks start with, made from the caller's (`caller`, not changed). Clean: a
     submitter running inside a job must not pass that job's SLURM_*/RANK/MASTER_* variables on (sbatch
     exports the caller's environment to the new job, and the local executor copies it into its processes).
@@ -50,7 +50,7 @@ def task_environment(caller: Mapping[str, str], slurm_conf: str, search_path: li
     for the tasks to put back (launcher.node.task.restore_caller_gpus)."""
     from launcher.node.task import remember_caller_gpus  # (imports submitit: only when something is sent)
 
-    env = {**slurm_env(slurm_conf, dict(caller)), **(extra or {})}
+    env = {**slurm_env(slurm_conf, dict(caller), cluster), **(extra or {})}
     remember_caller_gpus(env, local)
     # The task unpickles launcher.node.task.TrainTask wherever it runs: make the project importable there
     # even when the submitter was started from another folder and the project is not installed.
@@ -132,10 +132,7 @@ def _queue(sub: Submission, calls: list[Callable[[], Any]], answer: Answer,
         except ConfigError:
             shutil.rmtree(sub.run_dir, ignore_errors=True)  # as for sbatch's own refusal: nothing was queued
             raise
-    # submitit keeps calling SLURM after sbatch (sacct while waiting, scancel), from this process's
-    # environment: those calls must reach the same cluster (the profile's SLURM_CONF).
-    if sub.slurm_conf:
-        os.environ["SLURM_CONF"] = sub.slurm_conf
+    _reach_its_cluster(sub)
     jobs: list[Any] = []
     # submitit prints sbatch's stderr itself when sbatch fails; hold it back, since the error we
     # raise quotes it (one line instead of two), and pass it on otherwise.
@@ -153,7 +150,8 @@ def _queue(sub: Submission, calls: list[Callable[[], Any]], answer: Answer,
             update_record(sub.run_dir, code=snapshot.read_note(sub.run_dir))
     try:
         env = task_environment(os.environ, sub.slurm_conf, sub.search_path(),
-                               sub.profile.env if sub.executor != "slurm" else {}, sub.executor == "local", copy)
+                               sub.profile.env if sub.executor != "slurm" else {}, sub.executor == "local", copy,
+                               sub.cluster)
         # A debug run is this process's own (the caller's, from the Python API): its job takes the environment
         # as data (submitit's DebugJob puts it in place while the function runs, and takes it back after).
         here = contextlib.nullcontext() if sub.executor == "debug" else submitting_from(env, sub.submit_dir)
@@ -199,6 +197,19 @@ def _queue(sub: Submission, calls: list[Callable[[], Any]], answer: Answer,
     return jobs
 
 
+def _reach_its_cluster(sub: Submission) -> None:
+    """submitit keeps calling SLURM after sbatch (sacct while waiting, scancel), from this process's environment:
+    those calls, and the release of the held jobs, must reach the run's cluster (the profile's SLURM_CONF, and its
+    `clusters:`, which sacct is told separately)."""
+    if sub.slurm_conf:
+        os.environ["SLURM_CONF"] = sub.slurm_conf
+    if sub.cluster:
+        from launcher import submitit_private
+
+        os.environ["SLURM_CLUSTERS"] = sub.cluster
+        submitit_private.sacct_names_the_cluster()
+
+
 def _release(job_ids: list[str]) -> None:
     """`scontrol release` the jobs just queued held (an array by its base id), waiting out a controller
     that does not answer. A job left held would wait for ever, so a release that fails is an error that
@@ -209,7 +220,8 @@ def _release(job_ids: list[str]) -> None:
     error = release(bases, dict(os.environ), f"job(s) {', '.join(bases)} are queued held until released")
     if error:
         raise RuntimeError(f"job(s) {', '.join(bases)} were queued held and could not be released "
-                           f"({error}); start them with `scontrol release {','.join(bases)}`")
+                           f"({error}); start them with `scontrol release {','.join(bases)}`"
+                           + (f" on cluster {os.environ['SLURM_CLUSTERS']} (-M)" if os.environ.get("SLURM_CLUSTERS") else ""))
 
 
 def _is_refusal(err: BaseException) -> bool:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.cluster.slurm import allocation, sbatch
+from launcher.config import cluster_keys
 from launcher.config.profile import Profile
 from launcher.config.resolve import Point
 from launcher.node import torchrun_command
@@ -69,6 +70,11 @@ class Submission:
     # A function handed over from Python by value (launcher.client), for the new run folder
     # (trainer.runners.pickled); over SSH it travels inside this object (launcher.request.wire).
     function: bytes | None = None
+
+    @property
+    def cluster(self) -> str:
+        """The SLURM cluster the run goes to (the profile's `clusters:`; "": the SLURM_CONF's own)."""
+        return self.request.cluster if self.request is not None else ""
 
     @property
     def project_root(self) -> str:
@@ -163,6 +169,7 @@ def slurm_request(profile: Profile, job_name: str, after: list[str] | None = Non
         qos=profile.qos, constraint=profile.constraint, signal=profile.signal, signal_delay_s=profile.signal_delay_s,
         array_parallelism=profile.array_parallelism, env=dict(profile.env), setup=list(profile.setup),
         sbatch_extra=dict(profile.sbatch_extra), slurm_conf=profile.slurm_conf_file, after=list(after or []),
+        cluster=cluster_keys.names(profile.clusters)[0] if profile.clusters else "",
         python=profile.python, container=profile.container, container_runtime=profile.container_runtime,
         container_binds=binds, run_dir=str(run_dir or ""), max_failures=profile.failures_allowed,
         node_error_patterns=list(profile.node_error_patterns),

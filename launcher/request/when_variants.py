@@ -51,7 +51,7 @@ def when(sub: Submission) -> list[Variant]:
     if sub.executor != "slurm" or sub.request is None or sub.profile.login or sub.allocation is not None:
         raise ConfigError("--when: asks SLURM when a new job would start; it needs a slurm profile submitting from "
                           "here (not over SSH, not --in-allocation, which starts at once)")
-    env = slurm_env(sub.slurm_conf)
+    env = slurm_env(sub.slurm_conf, cluster=sub.cluster)
     default = sub.profile.partition
     out = []
     for label, changes in variants(sub.profile, start_estimate.partitions(env, sub.profile.account)):

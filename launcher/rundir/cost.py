@@ -51,7 +51,7 @@ def run_costs(info: RecordedRun, states: list[TaskState]) -> dict[int, dict[str,
     # (A pool's points share their workers' jobs; a job step's job is the user's whole allocation.)
     if info.executor != "slurm" or not finished or info.is_pool or info.step:
         return {}
-    usage = sacct_usage(list(finished), slurm_env(info.slurm_conf), info.record.get("created")) or {}
+    usage = sacct_usage(list(finished), slurm_env(info.slurm_conf, cluster=info.cluster), info.record.get("created")) or {}
     return {task: task_cost(usage[job], info.profile) for job, task in finished.items() if job in usage}
 
 

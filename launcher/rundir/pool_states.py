@@ -32,7 +32,7 @@ def worker_states(info: RecordedRun, use_scheduler: bool = True) -> dict[str, Sc
         return {j: SchedulerRecord(j, "running", "RUNNING") for j in ids if local.controller_alive(j, info.run_dir)}
     if info.executor != "slurm" or not use_scheduler or not ids:
         return {}
-    env = slurm_env(info.slurm_conf)
+    env = slurm_env(info.slurm_conf, cluster=info.cluster)
     found = dict(sacct_records(ids, env, info.record.get("created")) or {})
     queued = squeue_records(env) or {}
     # The controller's record is a worker's current life (sacct hears of a requeue a moment later).

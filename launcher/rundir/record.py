@@ -199,6 +199,12 @@ class RecordedRun:
     def slurm_conf(self) -> str:
         return slurm_conf_file(self.executor, str(self.profile.get("slurm_conf") or ""))
 
+    @property
+    def cluster(self) -> str:
+        """The SLURM cluster the run's jobs went to (the profile's `clusters:`; "": the SLURM_CONF's own)."""
+        named = self.profile.get("clusters") or ""
+        return str(named[0] if isinstance(named, list) and named else named or "")
+
     def task_dir(self, task: int) -> Path:
         return task_dir(self.run_dir, task, self.is_sweep)
 

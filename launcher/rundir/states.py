@@ -118,7 +118,7 @@ def _array_states(info: RecordedRun, use_scheduler: bool) -> list[TaskState]:
     squeue: dict[str, SchedulerRecord] | None = None
     silent = ""  # the controller's complaint, where it was asked and did not answer
     if info.executor == "slurm" and use_scheduler and not info.step:  # (a step's allocation runs on after it)
-        env = slurm_env(info.slurm_conf)
+        env = slurm_env(info.slurm_conf, cluster=info.cluster)
         sacct = sacct_records([j for j in current if j], env, info.record.get("created"))
         if sacct is None or any(j and (j not in sacct or sacct[j].state in ACTIVE
                                        or sacct[j].slurm_state in REQUEUED_AFTER) for j in current):
@@ -205,7 +205,7 @@ def _step_alive(info: RecordedRun, ended: bool) -> bool:
     step = info.step
     if step.get("host") == socket.gethostname():
         return local.launcher_alive(step.get("pid", 0), info.run_dir)
-    env, held = slurm_env(info.slurm_conf), str(step.get("job_id"))
+    env, held = slurm_env(info.slurm_conf, cluster=info.cluster), str(step.get("job_id"))
     if (squeue_records(env) or {}).get(held) is None:
         return False
     return bool(allocation.steps_named(held, allocation.step_name(info.run_dir.name), env)) or not ended

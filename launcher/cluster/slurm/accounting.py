@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from launcher.cluster.jobids import base_id, distinct_bases, expand_array_id
 from launcher.cluster.slurm.controller import Unreachable, ask, ask_until_answered
+from launcher.cluster.slurm.env import sacct_cluster_args
 
 # Set to 1 to ignore sacct even where accounting is on (what a cluster without accounting sees).
 NO_SACCT_ENV = "SUBMIT_NO_SACCT"
@@ -63,7 +64,8 @@ def query(argv: list[str], env: dict[str, str], timeout: float = 30) -> str | No
 
 def table(text: str) -> list[dict[str, str]]:
     """`|`-separated output with a header line, as one mapping per row keyed by the header's names."""
-    lines = [line for line in text.splitlines() if line.strip()]
+    # (Under -M, squeue and sinfo head their output with "CLUSTER: NAME": not a row.)
+    lines = [line for line in text.splitlines() if line.strip() and not line.startswith("CLUSTER: ")]
     if not lines:
         return []
     header = [h.strip() for h in lines[0].split("|")]
@@ -97,7 +99,8 @@ def sacct(job_ids: list[str], columns: tuple[str, ...], env: dict[str, str], sin
     if not job_ids:
         return []
     window = ["-S", time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since - 60))] if since else []
-    out = query(["sacct", *(["-X"] if allocations_only else []), "-D", "-P", "-j", ",".join(distinct_bases(job_ids)),
+    out = query(["sacct", *sacct_cluster_args(env), *(["-X"] if allocations_only else []), "-D", "-P", "-j",
+                 ",".join(distinct_bases(job_ids)),
                  *window, f"--format={','.join(columns)}"], env)
     return None if out is None else table(out)
 

@@ -280,7 +280,7 @@ def check(request: SlurmRequest, max_array_size: int | None, source: str, requir
     With `required=False` (--dry-run) a cluster that cannot be asked is noted on stderr and skipped,
     so the script can still be shown on a machine without SLURM; violations are still errors."""
     check_setup_lines(request)  # needs no cluster
-    env = slurm_env(request.slurm_conf)
+    env = slurm_env(request.slurm_conf, cluster=request.cluster)
     try:
         config_text = run_scontrol(["show", "config"], env, source)
         found = release.of(config_text, run_scontrol(["--version"], env, source), source)

@@ -56,6 +56,7 @@ class SlurmRequest:
     setup: list[str] = field(default_factory=list)
     sbatch_extra: dict[str, str] = field(default_factory=dict)
     slurm_conf: str = ""  # SLURM_CONF for the job's own SLURM calls (scontrol requeue)
+    cluster: str = ""  # the profile's `clusters:` ("": the SLURM_CONF's own cluster)
     after: list[str] = field(default_factory=list)  # dependencies: "afterok:12", "afternotok:13" (a bare id: afterok)
     python: str = ""  # the interpreter on the nodes ("": the submitter's)
     container: str = ""  # image ("": none)
@@ -78,7 +79,9 @@ def setup_lines(req: SlurmRequest) -> list[str]:
     setup lines as written. Exported values are quoted: nothing from env is interpreted by the shell."""
     # The thread variables: libraries that start thread pools before the trainer sets its thread count
     # (torch reads OMP_NUM_THREADS at import) use one rank's CPUs, not the task's or the whole node's.
-    env = {**({"SLURM_CONF": req.slurm_conf} if req.slurm_conf else {}), "SUBMITIT_PREEMPT_SIGNAL": req.signal,
+    # On another cluster the job's SLURM calls read that cluster's own SLURM_CONF, which its slurmd sets.
+    conf = {"SLURM_CONF": req.slurm_conf} if req.slurm_conf and not req.cluster else {}
+    env = {**conf, "SUBMITIT_PREEMPT_SIGNAL": req.signal,
            **({STEP_VARIABLE: req.step_name} if req.step_name else {}),
            **threads.variables(req.rank_threads or req.cpus_per_task), **req.env}
     lines = [f"export {key}={shlex.quote(value)}" for key, value in env.items()]
@@ -186,6 +189,8 @@ def parameters(req: SlurmRequest) -> dict[str, Any]:
     exclude = healing.exclude_value(req.sbatch_extra.get("exclude", ""), req.exclude)
     if exclude:
         params["additional_parameters"]["exclude"] = exclude
+    if req.cluster:  # (in the script, where --dry-run shows it; the submitter's commands say it through SLURM_CLUSTERS)
+        params["additional_parameters"]["clusters"] = req.cluster
     params.update(gpu_parameters(req))
     if req.mem_per_node_mb:
         params["mem"] = f"{req.mem_per_node_mb}M"

@@ -1,0 +1,98 @@
+"""Several SLURM clusters behind one login (`clusters:`, SLURM's -M), on the dev cluster's two clusters
+(`python -m launcher.devcluster up --clusters 2`: `devcluster` with cpu1..4 and gpu1..2, `second` with sec1..2, in
+one slurmdbd). A run sent to the second is submitted, waited for, requeued, looked at, cancelled and resumed from
+the first cluster's login, as users would, and every command reaches the second cluster's jobs, not the first's
+jobs of the same ids."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from launcher import client
+from launcher.devcluster import config as cluster_config
+from launcher.devcluster import second as second_cluster
+from tests.helpers import last_json, run_submit, run_submits, wait_until
+from trainer.rank import events
+from trainer.rank.checkpoint import same_weights
+
+pytestmark = [pytest.mark.slurm]
+
+ON_SECOND = ["--profile", "dev-cluster", "--set", "profile.clusters=second"]
+TINY = "tests.userpkg.tiny:train"
+
+
+@pytest.fixture(scope="module")
+def second(slurm_cluster: Path) -> Path:
+    """The dev cluster's second cluster, up."""
+    spec = cluster_config.load_spec()
+    if spec is None or spec.clusters < 2 or not second_cluster.node_states():
+        message = "the dev cluster's second cluster is not up: `python -m launcher.devcluster up --clusters 2`"
+        if os.environ.get("CI"):
+            pytest.fail(message + " (.ci/run must start it)", pytrace=False)
+        pytest.skip(message)
+    return slurm_cluster
+
+
+def sacct_on(cluster: str, job_id: str) -> list[str]:
+    """The allocation's state and nodes on `cluster`, as SLURM's accounting has them ([] where that cluster has no
+    such job)."""
+    done = subprocess.run(["sacct", "-M", cluster, "-X", "-n", "-P", "-j", job_id, "-o", "State,NodeList"],
+                          capture_output=True, text=True, timeout=60, check=True)
+    return [line.split()[0] for line in done.stdout.splitlines() if line.strip()]
+
+
+def test_a_run_on_the_second_cluster_is_requeued_there_and_ends_bitwise_equal_to_its_twin_on_the_first(
+        second: Path, tmp_path: Path) -> None:
+    common = ["--profile", "dev-cluster", "--wait", "--json"]
+    there, here = run_submits([[*ON_SECOND, "--wait", "--json", "--set", "job.interrupt_at=100"], common], tmp_path,
+                              timeout=400)
+    assert there.returncode == 0 and here.returncode == 0, (there.stderr[-3000:], here.stderr[-2000:])
+    run, twin = last_json(there.stdout), last_json(here.stdout)
+    assert sorted(set(run["nodes"])) == ["sec1", "sec2"] and not set(twin["nodes"]) & {"sec1", "sec2"}, run["nodes"]
+    assert run["restarts"] == 1 and twin["restarts"] == 0
+    run_dir = Path(run["run_dir"])
+    (resumed,) = [e for e in events.read(run_dir) if e["event"] == "resumed"]
+    assert resumed["step"] == 100
+    assert same_weights(Path(twin["run_dir"]) / "model_final.pt", run_dir / "model_final.pt")
+    assert sacct_on("second", run["job_id"]) == ["COMPLETED|sec[1-2]"]
+    status = run_submit(["status", str(run_dir)], tmp_path, timeout=120)
+    assert status.returncode == 0 and "completed" in status.stdout and "cpu " in status.stdout, status.stdout
+
+
+def test_a_run_on_the_second_cluster_is_watched_cancelled_and_resumed_from_the_first(second: Path,
+                                                                                     tmp_path: Path) -> None:
+    stop = tmp_path / "stop"
+    try:
+        run = client.submit(entrypoint=TINY, profile="dev-cluster", sets=["profile.clusters=second"], cwd=tmp_path,
+                            config={"until_file": str(stop), "epochs": 1000, "step_sleep_s": 0.02})
+        wait_until(lambda: run.state() == "running" and (run.run_dir / "metrics.jsonl").exists(), 180,
+                   "the run to train on the second cluster", poll=0.5)
+        (job_id,) = json.loads((run.run_dir / "run.json").read_text())["job_ids"]
+        assert sacct_on("second", job_id) == ["RUNNING|sec[1-2]"]
+        (state,) = run.status()
+        assert state["state"] == "running" and state["job_id"] == job_id, state
+        watched = run_submit(["watch", str(run.run_dir), "--once"], tmp_path, timeout=120)
+        assert watched.returncode == 0 and "running" in watched.stdout, watched.stdout + watched.stderr
+        assert "rank 0/2 on sec1" in run.logs()
+        cancelled = run_submit(["cancel", str(run.run_dir)], tmp_path, timeout=120)
+        assert cancelled.returncode == 0, cancelled.stderr
+        (ended,) = run.wait(timeout=180, poll_s=0.5)
+        assert ended["state"] == "cancelled" and sacct_on("second", job_id)[0].startswith("CANCELLED"), ended
+        # `--after` it from the first cluster: SLURM has no dependency across clusters.
+        refused = run_submit(["--profile", "dev-cluster", "--after", str(run.run_dir), "--dry-run"], tmp_path)
+        assert refused.returncode == 2 and "SLURM has no dependency across clusters" in refused.stderr, refused.stderr
+        stop.touch()
+        resumed = run_submit(["--resume", str(run.run_dir), "--wait", "--json"], tmp_path, timeout=300)
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+        (state,) = run.status()
+        assert state["state"] == "completed" and state["job_id"] != job_id, state
+        assert state["result"]["node"] in {"sec1", "sec2"} and sacct_on("second", state["job_id"]) == [
+            "COMPLETED|sec[1-2]"]
+        assert [e["step"] > 0 for e in events.read(run.run_dir) if e["event"] == "resumed"] == [True]
+    finally:
+        stop.touch()
