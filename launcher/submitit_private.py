@@ -16,6 +16,7 @@ from __future__ import annotations
 import inspect
 import logging
 import os
+import re
 import signal
 from types import SimpleNamespace
 from typing import Any
@@ -114,3 +115,21 @@ def sacct_names_the_cluster() -> None:
 
     with_cluster.names_the_cluster = True  # type: ignore[attr-defined]
     SlurmInfoWatcher._make_command = with_cluster  # type: ignore[method-assign]
+
+
+def cluster_picking(cls: type) -> type:
+    """`cls` (a SlurmExecutor) that also keeps which cluster sbatch sent each job to (`landed`): with several
+    (`-M a,b`), sbatch answers "Submitted batch job N on cluster b", whose id submitit reads and whose cluster it
+    drops."""
+
+    class ClusterPicking(cls):  # type: ignore[misc, valid-type]
+        landed = ""
+
+        def _get_job_id_from_submission_command(self, string: bytes | str) -> str:  # type: ignore[override]
+            text = string.decode() if isinstance(string, bytes) else string
+            found = re.search(r"on cluster (\S+)", text)
+            if found:
+                self.landed = found.group(1)
+            return cls._get_job_id_from_submission_command(text)
+
+    return ClusterPicking

@@ -59,7 +59,7 @@ def test_a_run_on_the_second_cluster_is_requeued_there_and_ends_bitwise_equal_to
     (resumed,) = [e for e in events.read(run_dir) if e["event"] == "resumed"]
     assert resumed["step"] == 100
     assert same_weights(Path(twin["run_dir"]) / "model_final.pt", run_dir / "model_final.pt")
-    assert sacct_on("second", run["job_id"]) == ["COMPLETED|sec[1-2]"]
+    wait_until(lambda: sacct_on("second", run["job_id"]) == ["COMPLETED|sec[1-2]"], 60, "sacct -M second's record")
     status = run_submit(["status", str(run_dir)], tmp_path, timeout=120)
     assert status.returncode == 0 and "completed" in status.stdout and "cpu " in status.stdout, status.stdout
 
@@ -91,8 +91,45 @@ def test_a_run_on_the_second_cluster_is_watched_cancelled_and_resumed_from_the_f
         assert resumed.returncode == 0, resumed.stderr[-3000:]
         (state,) = run.status()
         assert state["state"] == "completed" and state["job_id"] != job_id, state
-        assert state["result"]["node"] in {"sec1", "sec2"} and sacct_on("second", state["job_id"]) == [
-            "COMPLETED|sec[1-2]"]
+        assert state["result"]["node"] in {"sec1", "sec2"}
+        wait_until(lambda: sacct_on("second", state["job_id"]) == ["COMPLETED|sec[1-2]"], 60, "sacct -M second")
         assert [e["step"] > 0 for e in events.read(run.run_dir) if e["event"] == "resumed"] == [True]
+    finally:
+        stop.touch()
+
+
+def test_a_run_that_names_both_clusters_lands_on_the_one_that_can_start_it_and_is_operated_there(
+        second: Path, tmp_path: Path) -> None:
+    """`clusters: [devcluster, second]` with a constraint only the second's nodes meet (its feature `second`):
+    `--when` asks each and says SLURM's pick, sbatch sends the job there, run.json records it, and the run's
+    status, cancel and --resume reach it there."""
+    (tmp_path / "both.yaml").write_text("extends: dev-cluster\nclusters: [devcluster, second]\nconstraint: second\n")
+    both = ["--profile", "both.yaml"]
+    when = run_submit([*both, "--when", "--json"], tmp_path, timeout=120)
+    assert when.returncode == 0, when.stderr
+    answer = last_json(when.stdout)
+    assert answer["cluster"] == "second" and {row["cluster"] for row in answer["when"]} == {"devcluster", "second"}
+    stop = tmp_path / "stop"
+    (tmp_path / "job.yaml").write_text(f"name: tiny-both\nentrypoint: \"{TINY}\"\ncheckpoint_every_steps: 10\n"
+                                       f"config: {{until_file: {stop}, epochs: 1000, step_sleep_s: 0.02}}\n")
+    try:
+        queued = run_submit([*both, "--job", "job.yaml", "--json"], tmp_path, timeout=120)
+        assert queued.returncode == 0, queued.stderr[-3000:]
+        run_dir = Path(last_json(queued.stdout)["run_dir"])
+        record = json.loads((run_dir / "run.json").read_text())
+        (job_id,) = record["job_ids"]
+        assert record["cluster"] == "second"
+        wait_until(lambda: (run_dir / "metrics.jsonl").exists(), 180, "the run to train", poll=0.5)
+        assert sacct_on("second", job_id) == ["RUNNING|sec[1-2]"]
+        cancelled = run_submit(["cancel", str(run_dir)], tmp_path, timeout=120)
+        assert cancelled.returncode == 0, cancelled.stderr
+        wait_until(lambda: sacct_on("second", job_id)[0].startswith("CANCELLED"), 120, "the cancel", poll=0.5)
+        stop.touch()
+        resumed = run_submit(["--resume", str(run_dir), "--wait", "--json"], tmp_path, timeout=300)
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+        again = json.loads((run_dir / "run.json").read_text())
+        (new,) = again["job_ids"]  # (the task's job now; run.json's `resumes` keeps the history)
+        assert again["cluster"] == "second" and new != job_id
+        wait_until(lambda: sacct_on("second", new) == ["COMPLETED|sec[1-2]"], 60, "sacct -M second's record")
     finally:
         stop.touch()

@@ -2,7 +2,7 @@
 
 A preflight asks the live cluster whether a request can ever run, before anything is queued, and
 answers what the submission needs to know of it (`Answer`: the array chunk size, the scheduler's
-release; `launcher.cluster.slurm.limits.check`). The table names it as
+release; `launcher.cluster.slurm.clusters.check`, which asks `limits.check` of each cluster). The table names it as
 "module:function" and loads it only when a submission uses that scheduler: a local or debug run
 (and its `--dry-run`, what users wait for most: benchmarks/submitter.py) never loads the SLURM
 modules, their scontrol/sacctmgr calls and the subprocess machinery they need.
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from launcher.cluster.slurm.release import Release
 
-PREFLIGHTS = {"slurm": "launcher.cluster.slurm.limits:check"}
+PREFLIGHTS = {"slurm": "launcher.cluster.slurm.clusters:check"}
 
 
 @dataclass(frozen=True)

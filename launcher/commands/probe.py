@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 from launcher.reports.root_cause import last_line
-from launcher.cluster.slurm import limits, sbatch
+from launcher.cluster.slurm import clusters, sbatch
 from launcher.commands.console import EXIT_FAILED, EXIT_OK, ArgumentParser
 from launcher.config.resolve import load_profile, parse_overrides, point, resolve
 from launcher.request import send
@@ -61,7 +61,7 @@ def probe(args: argparse.Namespace) -> int:
     run_dir = layout.new_run_dir(Path(profile.runs_dir), "probe", profile.name)
     sub = build(profile, [point(profile, 0, JobConfig(name=f"probe-{profile.name}"))], run_dir, is_sweep=False)
     if sub.request is not None:
-        limits.check(sub.request, profile.max_array_size, source)
+        clusters.check(sub.request, profile.max_array_size, source)
     if (claimed := layout.claim(run_dir)) != run_dir:  # another probe took the name meanwhile
         sub, run_dir = moved(sub, claimed), claimed
     if sub.request is not None:  # a probe trains nothing: no retry step around its srun

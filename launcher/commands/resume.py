@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import time
+import dataclasses
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from launcher.reports import pool_claims
 from launcher.cluster.jobids import base_id
 from launcher.commands.console import EXIT_OK, emit, relative
 from launcher.commands.sending import execute, wait_for_sweep
+from launcher.config import cluster_keys
 from launcher.config.profile import PROFILE_FILES, Profile
 from launcher.config.resolve import parse_overrides, point, profile_overrides, runs_dir
 from launcher.request import channel
@@ -151,6 +153,9 @@ def resume(args: argparse.Namespace, argv: list[str], claim: Claim | None = None
         profile = build(Profile, {**recorded, **profile_overrides(overrides["profile"])}, source)
     if args.wait:
         profile.wait = True
+    if info.cluster and len(cluster_keys.names(profile.clusters)) > 1 and "clusters" not in overrides["profile"]:
+        # Where SLURM sent the run among several: its jobs, records and requeues stay on one cluster.
+        profile = dataclasses.replace(profile, clusters=info.cluster)
     if other_runner(info, profile):
         raise ConfigError(f"profile.sweep_runner: {profile.sweep_runner!r}: {run_dir} ran as "
                           f"{runner(info.is_pool)}, and --resume runs its tasks the same way")

@@ -36,17 +36,31 @@ def estimate(plan: Plan | SshPlan, as_json: bool) -> int:
 def report(sub: Submission, as_json: bool) -> int:
     now = time.time()
     found = when(sub)
-    rows = [["variant", "nodes", "partition", "time", "estimated start", "on nodes / why not"]]
-    rows += [[v.label, str(v.nodes), v.partition or "-", f"{v.time_min} min", start_text(v.estimate.start, now),
-              "; ".join(filter(None, (v.estimate.nodes, v.estimate.error)))] for v in found]
+    several = "," in sub.cluster
+    rows = [[*(["cluster"] if several else []), "variant", "nodes", "partition", "time", "estimated start",
+             "on nodes / why not"]]
+    rows += [[*([v.cluster] if several else []), v.label, str(v.nodes), v.partition or "-", f"{v.time_min} min",
+              start_text(v.estimate.start, now), "; ".join(filter(None, (v.estimate.nodes, v.estimate.error)))]
+             for v in found]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1] for r in rows]
+    pick = picked(found) if several else None
     human = (f"when would {sub.tasks[0].job.name} start (SLURM's estimates, sbatch --test-only):\n"
-             + "\n".join(line.rstrip() for line in lines) + "\nNothing was queued.")
-    emit(human, {"when": [_as_json(v) for v in found]}, as_json)
+             + "\n".join(line.rstrip() for line in lines)
+             + (f"\nSLURM would send it to cluster {pick} (the earliest start as asked)" if pick else "")
+             + "\nNothing was queued.")
+    emit(human, {"when": [_as_json(v) for v in found], **({"cluster": pick} if several else {})}, as_json)
     return EXIT_OK
+
+
+def picked(found: list[Variant]) -> str | None:
+    """Of several clusters, the one SLURM sends the job to as asked: the one that would start it first (sbatch -M
+    a,b); None where none can."""
+    asked = [v for v in found if v.label == found[0].label and v.estimate.start is not None]
+    return min(asked, key=lambda v: v.estimate.start or 0.0).cluster if asked else None
 
 
 def _as_json(v: Variant) -> dict[str, Any]:
     return {"variant": v.label, "nodes": v.nodes, "partition": v.partition, "time_min": v.time_min,
-            "start": v.estimate.start, "on": v.estimate.nodes or None, "error": v.estimate.error or None}
+            "start": v.estimate.start, "on": v.estimate.nodes or None, "error": v.estimate.error or None,
+            **({"cluster": v.cluster} if v.cluster else {})}

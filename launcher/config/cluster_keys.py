@@ -2,8 +2,9 @@
 
 Every SLURM command the toolkit runs for the run then names it: the submission, `squeue`, `sacct`, `scancel`,
 `scontrol` (release, requeue, update, show), the batch script's own `srun`, retry step and requeue, and `--when`.
-One cluster per run: with several (`-M a,b`, whichever starts the job first) the run's later commands would need
-to know where it went, which is not carried yet; that is refused here, by name.
+With several (`-M a,b`), SLURM sends the job to the one that would start it first; the submitter reads which from
+sbatch's answer, sends the rest of the run there (a split array's other parts) and records it (run.json's
+`cluster`), and every later command, `--resume` included, goes to that one.
 """
 
 from __future__ import annotations
@@ -26,9 +27,8 @@ def check(value: Union[str, list[str]], executor: str, in_allocation: bool) -> N
     listed = names(value)
     for name in listed:
         require(re.fullmatch(CLUSTER_NAME, name) is not None, "clusters", value,
-                "a SLURM cluster name (letters, digits, '_', '-'), or a list of one")
-    require(len(listed) <= 1, "clusters", value, "one cluster (a name, or a list of one): a run sent to "
-            "several (SLURM's -M a,b) is not supported yet; name the cluster it should run on")
+                "a SLURM cluster name (letters, digits, '_', '-'), or a list of them")
+    require(len(set(listed)) == len(listed), "clusters", value, "each cluster named once")
     require(not listed or executor == "slurm", "clusters", value, f"empty for the {executor} executor (a SLURM "
             f"cluster is where a slurm profile's jobs go)")
     require(not listed or not in_allocation, "clusters", value, "empty with in_allocation: true (the run is a job "

@@ -74,6 +74,7 @@ class Node:
     addr: str
     port: int
     gpus: int
+    features: str = ""  # (the second cluster's: a constraint only it can meet, launcher/devcluster/second.py)
 
 
 @dataclass(frozen=True)
@@ -145,7 +146,7 @@ def render_slurm_conf(spec: Spec, name: str = CLUSTER_NAME, port: int = CTLD_POR
     nodes = spec.all_nodes() if nodes is None else nodes
     node_lines = "\n".join(
         f"NodeName={n.name} NodeAddr={n.addr} NodeHostname={n.name} Port={n.port}"
-        + (f" Gres=gpu:{GPU_TYPE}:{n.gpus}" if n.gpus else "")
+        + (f" Gres=gpu:{GPU_TYPE}:{n.gpus}" if n.gpus else "") + (f" Features={n.features}" if n.features else "")
         for n in nodes
     )
     cpu_nodes = ",".join(n.name for n in nodes if not n.gpus)

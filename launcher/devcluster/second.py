@@ -3,7 +3,7 @@ several clusters behind one login is, for the submitter's `-M` (profile key `clu
 
 Cluster `second` has its own slurmctld (port 11818, its own state, pid and log files: `slurmctld-second`), its own
 slurm.conf (`second/slurm.conf` in the state folder) and its own nodes, sec1..sec2 (partition `cpu`, the default, as
-on the first: a profile's partition means the same on both), each a slurmd on 127.0.2.I:11920+I. Its jobs go to
+on the first: a profile's partition means the same on both; feature `second`), each a slurmd on 127.0.2.I:11920+I. Its jobs go to
 the same slurmdbd, so a client of the first cluster reaches it with `-M second` (`sbatch -M second`,
 `squeue -M second`, `sacct -M second`): SLURM finds its controller through slurmdbd, as on a real site. The
 clients' SLURM_CONF stays the first cluster's.
@@ -21,13 +21,16 @@ NAME = "second"
 CTLD = "slurmctld-second"
 CTLD_PORT = 11818
 NODES = 2
+# A feature only the second cluster's nodes have: `constraint: second` is a request only it can run, so a run
+# that names both clusters lands there whatever the first's load (tests/test_clusters.py).
+FEATURE = "second"
 
 
 def nodes(spec: Spec) -> list[Node]:
     """The second cluster's nodes ([] when `up` was asked for one cluster)."""
     if spec.clusters < 2:
         return []
-    return [Node(f"sec{i}", f"127.0.2.{i}", NODE_PORT_BASE + 20 + i, 0) for i in range(1, NODES + 1)]
+    return [Node(f"sec{i}", f"127.0.2.{i}", NODE_PORT_BASE + 20 + i, 0, FEATURE) for i in range(1, NODES + 1)]
 
 
 def conf_path() -> Path:

@@ -34,6 +34,8 @@ def make_executor(sub: Submission, answer: Answer, script_only: bool = False) ->
         # The signal name is read by submitit both when writing --signal and on the node.
         submitit_private.set_requeue_signal(sub.profile.signal)
         cls = _script_only_slurm_executor() if script_only else submitit.SlurmExecutor
+        if sub.cluster and not script_only:  # (where SLURM sent it: launcher.request.send records it)
+            cls = submitit_private.cluster_picking(cls)
         if sub.allocation is not None and not script_only:  # a job step of the allocation held here
             from launcher.request.in_allocation import executor_class
 

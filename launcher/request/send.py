@@ -169,6 +169,7 @@ def _queue(sub: Submission, calls: list[Callable[[], Any]], answer: Answer,
                     for job in queued:
                         submitit_private.give_environment(job, env)
                 jobs += queued
+                _pin_its_cluster(executor, sub)
                 if on_queued is not None:
                     on_queued([str(j.job_id) for j in jobs])
                 if held_by_us:  # submitit has made these jobs' log folders (and moved their pickles) by now
@@ -208,6 +209,18 @@ def _reach_its_cluster(sub: Submission) -> None:
 
         os.environ["SLURM_CLUSTERS"] = sub.cluster
         submitit_private.sacct_names_the_cluster()
+
+
+def _pin_its_cluster(executor: Any, sub: Submission) -> None:
+    """Where SLURM sent the jobs just queued (one of several clusters, launcher.config.cluster_keys): the rest of
+    the run goes there too (SLURM_CLUSTERS outranks the script's --clusters), and run.json says it for every
+    later command."""
+    landed = getattr(executor, "landed", "") or sub.cluster
+    if not landed or "," in landed:  # (no cluster named, or sbatch did not say which: as the profile says)
+        return
+    os.environ["SLURM_CLUSTERS"] = landed
+    if (sub.run_dir / RUN_FILE).is_file():
+        update_record(sub.run_dir, cluster=landed)
 
 
 def _release(job_ids: list[str]) -> None:

@@ -73,7 +73,8 @@ class Submission:
 
     @property
     def cluster(self) -> str:
-        """The SLURM cluster the run goes to (the profile's `clusters:`; "": the SLURM_CONF's own)."""
+        """The SLURM cluster(s) the run may go to (the profile's `clusters:`, "a,b" for several: SLURM picks one;
+        "": the SLURM_CONF's own)."""
         return self.request.cluster if self.request is not None else ""
 
     @property
@@ -169,7 +170,7 @@ def slurm_request(profile: Profile, job_name: str, after: list[str] | None = Non
         qos=profile.qos, constraint=profile.constraint, signal=profile.signal, signal_delay_s=profile.signal_delay_s,
         array_parallelism=profile.array_parallelism, env=dict(profile.env), setup=list(profile.setup),
         sbatch_extra=dict(profile.sbatch_extra), slurm_conf=profile.slurm_conf_file, after=list(after or []),
-        cluster=cluster_keys.names(profile.clusters)[0] if profile.clusters else "",
+        cluster=",".join(cluster_keys.names(profile.clusters)),
         python=profile.python, container=profile.container, container_runtime=profile.container_runtime,
         container_binds=binds, run_dir=str(run_dir or ""), max_failures=profile.failures_allowed,
         node_error_patterns=list(profile.node_error_patterns),

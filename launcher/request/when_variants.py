@@ -30,6 +30,7 @@ class Variant:
     partition: str
     time_min: int
     estimate: start_estimate.Estimate
+    cluster: str = ""  # which of the profile's clusters was asked ("": the SLURM_CONF's own)
 
 
 def variants(profile: Profile, partitions: list[str]) -> list[tuple[str, dict[str, object]]]:
@@ -47,11 +48,16 @@ def variants(profile: Profile, partitions: list[str]) -> list[tuple[str, dict[st
 
 
 def when(sub: Submission) -> list[Variant]:
-    """SLURM's estimate for `sub` and each variant (a variant the profile's own checks refuse is left out)."""
+    """SLURM's estimate for `sub` and each variant (a variant the profile's own checks refuse is left out), on each
+    of the profile's clusters where it names several (SLURM sends the job to the one that starts it first)."""
     if sub.executor != "slurm" or sub.request is None or sub.profile.login or sub.allocation is not None:
         raise ConfigError("--when: asks SLURM when a new job would start; it needs a slurm profile submitting from "
                           "here (not over SSH, not --in-allocation, which starts at once)")
-    env = slurm_env(sub.slurm_conf, cluster=sub.cluster)
+    return [v for cluster in (sub.cluster.split(",") if sub.cluster else [""]) for v in _on(sub, cluster)]
+
+
+def _on(sub: Submission, cluster: str) -> list[Variant]:
+    env = slurm_env(sub.slurm_conf, cluster=cluster)  # (SLURM_CLUSTERS outranks the script's --clusters)
     default = sub.profile.partition
     out = []
     for label, changes in variants(sub.profile, start_estimate.partitions(env, sub.profile.account)):
@@ -64,5 +70,5 @@ def when(sub: Submission) -> list[Variant]:
             continue
         found = start_estimate.estimate(executor.sbatch_script(variant), env)
         out.append(Variant(label, profile.nodes, profile.partition or found.partition or default, profile.time_min,
-                           found))
+                           found, cluster))
     return out

@@ -201,9 +201,12 @@ class RecordedRun:
 
     @property
     def cluster(self) -> str:
-        """The SLURM cluster the run's jobs went to (the profile's `clusters:`; "": the SLURM_CONF's own)."""
-        named = self.profile.get("clusters") or ""
-        return str(named[0] if isinstance(named, list) and named else named or "")
+        """The SLURM cluster the run's jobs went to: the one SLURM picked among the profile's `clusters:` (run.json's
+        `cluster`), or the one it named; "": the SLURM_CONF's own."""
+        landed, named = self.record.get("cluster"), self.profile.get("clusters") or ""
+        if isinstance(landed, str) and landed:
+            return landed
+        return str(named[0] if isinstance(named, list) and len(named) == 1 else named if isinstance(named, str) else "")
 
     def task_dir(self, task: int) -> Path:
         return task_dir(self.run_dir, task, self.is_sweep)

@@ -271,16 +271,17 @@ def check_setup_lines(request: SlurmRequest) -> None:
 
 
 def check(request: SlurmRequest, max_array_size: int | None, source: str, required: bool = True,
-          tasks: int = 1) -> Answer:
-    """Raise ConfigError for requests the cluster can never satisfy (and for a SLURM release older than
-    supported: `release.of`); answer the array chunk size (the most tasks one job array may hold: the
-    profile's max_array_size, capped by the cluster's) and the release, which decides what depends on it.
-    `tasks` jobs must also fit in the queue now (`capacity`), so a sweep is refused whole, not in part.
+          tasks: int = 1, cluster: str | None = None) -> Answer:
+    """Raise ConfigError for requests the cluster (`cluster`; None: the request's; "": the SLURM_CONF's own) can
+    never satisfy (and for a SLURM release older than supported: `release.of`); answer the array chunk size (the most tasks one job array
+    may hold: the profile's max_array_size, capped by the cluster's) and the release, which decides what depends
+    on it. `tasks` jobs must also fit in the queue now (`capacity`), so a sweep is refused whole, not in part.
+    (launcher.cluster.slurm.clusters asks each of several clusters.)
 
     With `required=False` (--dry-run) a cluster that cannot be asked is noted on stderr and skipped,
     so the script can still be shown on a machine without SLURM; violations are still errors."""
     check_setup_lines(request)  # needs no cluster
-    env = slurm_env(request.slurm_conf, cluster=request.cluster)
+    env = slurm_env(request.slurm_conf, cluster=request.cluster if cluster is None else cluster)
     try:
         config_text = run_scontrol(["show", "config"], env, source)
         found = release.of(config_text, run_scontrol(["--version"], env, source), source)

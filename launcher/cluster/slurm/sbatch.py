@@ -56,7 +56,7 @@ class SlurmRequest:
     setup: list[str] = field(default_factory=list)
     sbatch_extra: dict[str, str] = field(default_factory=dict)
     slurm_conf: str = ""  # SLURM_CONF for the job's own SLURM calls (scontrol requeue)
-    cluster: str = ""  # the profile's `clusters:` ("": the SLURM_CONF's own cluster)
+    cluster: str = ""  # the profile's `clusters:`, "a,b" for several ("": the SLURM_CONF's own cluster)
     after: list[str] = field(default_factory=list)  # dependencies: "afterok:12", "afternotok:13" (a bare id: afterok)
     python: str = ""  # the interpreter on the nodes ("": the submitter's)
     container: str = ""  # image ("": none)
@@ -85,6 +85,9 @@ def setup_lines(req: SlurmRequest) -> list[str]:
            **({STEP_VARIABLE: req.step_name} if req.step_name else {}),
            **threads.variables(req.rank_threads or req.cpus_per_task), **req.env}
     lines = [f"export {key}={shlex.quote(value)}" for key, value in env.items()]
+    # The submitter's SLURM_CLUSTERS (the profile's clusters, exported with the rest): the job's own SLURM calls
+    # (srun, the retry step, the requeue) must reach its own cluster, as its slurm.conf says, whichever was listed first.
+    lines += ["unset SLURM_CLUSTERS"] if req.cluster else []
     lines += req.setup  # as written, once the preflight's `bash -n` accepted them (limits.check_setup_lines)
     return lines
 
