@@ -1,7 +1,7 @@
 """Several SLURM clusters behind one login (`clusters:`, SLURM's -M), on the dev cluster's two clusters
 (`python -m launcher.devcluster up --clusters 2`: `devcluster` with cpu1..4 and gpu1..2, `second` with sec1..2, in
 one slurmdbd). A run sent to the second is submitted, waited for, requeued, looked at, cancelled and resumed from
-the first cluster's login, as users would, and every command reaches the second cluster's jobs, not the first's
+the first cluster's login, as users would (by name, and by a list of both that only the second can run), and every command reaches the second cluster's jobs, not the first's
 jobs of the same ids."""
 
 from __future__ import annotations
@@ -64,45 +64,12 @@ def test_a_run_on_the_second_cluster_is_requeued_there_and_ends_bitwise_equal_to
     assert status.returncode == 0 and "completed" in status.stdout and "cpu " in status.stdout, status.stdout
 
 
-def test_a_run_on_the_second_cluster_is_watched_cancelled_and_resumed_from_the_first(second: Path,
-                                                                                     tmp_path: Path) -> None:
-    stop = tmp_path / "stop"
-    try:
-        run = client.submit(entrypoint=TINY, profile="dev-cluster", sets=["profile.clusters=second"], cwd=tmp_path,
-                            config={"until_file": str(stop), "epochs": 1000, "step_sleep_s": 0.02})
-        wait_until(lambda: run.state() == "running" and (run.run_dir / "metrics.jsonl").exists(), 180,
-                   "the run to train on the second cluster", poll=0.5)
-        (job_id,) = json.loads((run.run_dir / "run.json").read_text())["job_ids"]
-        assert sacct_on("second", job_id) == ["RUNNING|sec[1-2]"]
-        (state,) = run.status()
-        assert state["state"] == "running" and state["job_id"] == job_id, state
-        watched = run_submit(["watch", str(run.run_dir), "--once"], tmp_path, timeout=120)
-        assert watched.returncode == 0 and "running" in watched.stdout, watched.stdout + watched.stderr
-        assert "rank 0/2 on sec1" in run.logs()
-        cancelled = run_submit(["cancel", str(run.run_dir)], tmp_path, timeout=120)
-        assert cancelled.returncode == 0, cancelled.stderr
-        (ended,) = run.wait(timeout=180, poll_s=0.5)
-        assert ended["state"] == "cancelled" and sacct_on("second", job_id)[0].startswith("CANCELLED"), ended
-        # `--after` it from the first cluster: SLURM has no dependency across clusters.
-        refused = run_submit(["--profile", "dev-cluster", "--after", str(run.run_dir), "--dry-run"], tmp_path)
-        assert refused.returncode == 2 and "SLURM has no dependency across clusters" in refused.stderr, refused.stderr
-        stop.touch()
-        resumed = run_submit(["--resume", str(run.run_dir), "--wait", "--json"], tmp_path, timeout=300)
-        assert resumed.returncode == 0, resumed.stderr[-3000:]
-        (state,) = run.status()
-        assert state["state"] == "completed" and state["job_id"] != job_id, state
-        assert state["result"]["node"] in {"sec1", "sec2"}
-        wait_until(lambda: sacct_on("second", state["job_id"]) == ["COMPLETED|sec[1-2]"], 60, "sacct -M second")
-        assert [e["step"] > 0 for e in events.read(run.run_dir) if e["event"] == "resumed"] == [True]
-    finally:
-        stop.touch()
-
-
 def test_a_run_that_names_both_clusters_lands_on_the_one_that_can_start_it_and_is_operated_there(
         second: Path, tmp_path: Path) -> None:
     """`clusters: [devcluster, second]` with a constraint only the second's nodes meet (its feature `second`):
     `--when` asks each and says SLURM's pick, sbatch sends the job there, run.json records it, and the run's
-    status, cancel and --resume reach it there."""
+    status (the Python handle's too), watch, logs, cancel and --resume reach it there; `--after` it from the first
+    cluster is refused."""
     (tmp_path / "both.yaml").write_text("extends: dev-cluster\nclusters: [devcluster, second]\nconstraint: second\n")
     both = ["--profile", "both.yaml"]
     when = run_submit([*both, "--when", "--json"], tmp_path, timeout=120)
@@ -121,9 +88,19 @@ def test_a_run_that_names_both_clusters_lands_on_the_one_that_can_start_it_and_i
         assert record["cluster"] == "second"
         wait_until(lambda: (run_dir / "metrics.jsonl").exists(), 180, "the run to train", poll=0.5)
         assert sacct_on("second", job_id) == ["RUNNING|sec[1-2]"]
+        run = client.attach(run_dir)
+        (state,) = run.status()
+        assert state["state"] == "running" and state["job_id"] == job_id, state
+        watched = run_submit(["watch", str(run_dir), "--once"], tmp_path, timeout=120)
+        assert watched.returncode == 0 and "running" in watched.stdout, watched.stdout + watched.stderr
+        assert "rank 0/2 on sec1" in run.logs()
         cancelled = run_submit(["cancel", str(run_dir)], tmp_path, timeout=120)
         assert cancelled.returncode == 0, cancelled.stderr
-        wait_until(lambda: sacct_on("second", job_id)[0].startswith("CANCELLED"), 120, "the cancel", poll=0.5)
+        (ended,) = run.wait(timeout=180, poll_s=0.5)
+        assert ended["state"] == "cancelled" and sacct_on("second", job_id)[0].startswith("CANCELLED"), ended
+        # `--after` it from the first cluster: SLURM has no dependency across clusters.
+        refused = run_submit(["--profile", "dev-cluster", "--after", str(run_dir), "--dry-run"], tmp_path)
+        assert refused.returncode == 2 and "SLURM has no dependency across clusters" in refused.stderr, refused.stderr
         stop.touch()
         resumed = run_submit(["--resume", str(run_dir), "--wait", "--json"], tmp_path, timeout=300)
         assert resumed.returncode == 0, resumed.stderr[-3000:]
@@ -131,5 +108,6 @@ def test_a_run_that_names_both_clusters_lands_on_the_one_that_can_start_it_and_i
         (new,) = again["job_ids"]  # (the task's job now; run.json's `resumes` keeps the history)
         assert again["cluster"] == "second" and new != job_id
         wait_until(lambda: sacct_on("second", new) == ["COMPLETED|sec[1-2]"], 60, "sacct -M second's record")
+        assert [e["step"] > 0 for e in events.read(run_dir) if e["event"] == "resumed"] == [True]  # its checkpoint
     finally:
         stop.touch()
