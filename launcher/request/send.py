@@ -209,6 +209,8 @@ def _reach_its_cluster(sub: Submission) -> None:
 
         os.environ["SLURM_CLUSTERS"] = sub.cluster
         submitit_private.sacct_names_the_cluster()
+    else:  # (a SLURM_CLUSTERS of the caller's shell would send those calls elsewhere: the profile names none)
+        os.environ.pop("SLURM_CLUSTERS", None)
 
 
 def _pin_its_cluster(executor: Any, sub: Submission) -> None:

@@ -13,6 +13,7 @@ The retry step of the next attempt then records the NODE_FAIL in events.jsonl, a
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -35,7 +36,8 @@ class LeaveOutWhilePending:
         self.looked: dict[str, int] = {}  # how often each restart's NODE_FAIL was looked for in accounting
 
     def __call__(self) -> None:
-        env = slurm_env()
+        # The run's cluster (the profile's `clusters:`), which launcher.request.send put in this process's environment.
+        env = slurm_env(cluster=os.environ.get("SLURM_CLUSTERS", ""))
         record = requeue.show_job(self.job_id, env)  # ({} while the controller does not answer)
         if record.get("JobState") != "PENDING" or record.get("Restarts", "0") in ("", "0"):
             return
