@@ -154,9 +154,9 @@ def test_hosts_lines_of_the_old_tests_module_are_replaced_not_duplicated(
     hosts.write_text("\n".join(["127.0.0.1\tlocalhost", *old, "10.0.0.1\tother"]) + "\n")
     monkeypatch.setattr(config, "HOSTS_FILE", hosts)
     spec = config.Spec(nodes=2, max_array_size=1001)
-    config.ensure_hosts(spec)
+    config.ensure_hosts(spec.all_nodes())
     first = hosts.read_text()
-    config.ensure_hosts(spec)
+    config.ensure_hosts(spec.all_nodes())
     assert hosts.read_text() == first  # idempotent
     lines = first.splitlines()
     assert lines[:2] == ["127.0.0.1\tlocalhost", "10.0.0.1\tother"]  # others' lines kept

@@ -154,7 +154,9 @@ def watch_on_a_terminal(run_dir: Path, act: object, cwd: Path) -> tuple[list[str
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", ROWS, COLUMNS, 0, 0))
     proc = subprocess.Popen([sys.executable, SUBMIT, "watch", str(run_dir), "--interval", "0.3"], cwd=cwd,
                             stdin=slave, stdout=slave, stderr=slave,
-                            env={**os.environ, "PYTHONPATH": str(ROOT), "TERM": "xterm"})
+                            # (COLUMNS/LINES, where pytest's environment has them, would override the pty's size)
+                            env={**{k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")},
+                                 "PYTHONPATH": str(ROOT), "TERM": "xterm"})
     os.close(slave)
     screen = pyte.HistoryScreen(COLUMNS, ROWS, history=10_000)
     stream = pyte.ByteStream(screen)
