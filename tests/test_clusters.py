@@ -16,14 +16,15 @@ import pytest
 from launcher import client
 from launcher.devcluster import config as cluster_config
 from launcher.devcluster import second as second_cluster
-from tests.helpers import last_json, run_submit, run_submits, wait_until
-from trainer.rank import events
+from tests.helpers import ROOT, last_json, run_submit, run_submits, wait_until
+from trainer.rank import checkpoint, events
 from trainer.rank.checkpoint import same_weights
 
 pytestmark = [pytest.mark.slurm]
 
 ON_SECOND = ["--profile", "dev-cluster", "--set", "profile.clusters=second"]
 TINY = "tests.userpkg.tiny:train"
+FSDP2 = str(ROOT / "examples" / "fsdp2.yaml")
 
 
 @pytest.fixture(scope="module")
@@ -46,19 +47,28 @@ def sacct_on(cluster: str, job_id: str) -> list[str]:
     return [line.split()[0] for line in done.stdout.splitlines() if line.strip()]
 
 
-def test_a_run_on_the_second_cluster_is_requeued_there_and_ends_bitwise_equal_to_its_twin_on_the_first(
+def test_the_fsdp2_example_requeued_on_the_second_cluster_ends_bitwise_equal_to_its_twin_on_the_first(
         second: Path, tmp_path: Path) -> None:
-    common = ["--profile", "dev-cluster", "--wait", "--json"]
-    there, here = run_submits([[*ON_SECOND, "--wait", "--json", "--set", "job.interrupt_at=100"], common], tmp_path,
-                              timeout=400)
+    """Two of the issues' aims in one pair of runs: a run on the second cluster requeued there resumes bitwise, and
+    so does a model sharded with FSDP2 (examples/fsdp2.yaml: every rank writes its own shards, trainer.rank.sharded),
+    mid-epoch (22 steps an epoch), between two periodic checkpoints (every 20 steps): from the stop's own."""
+    common = ["--job", FSDP2, "--profile", "dev-cluster", "--wait", "--json"]
+    there, here = run_submits([[*common, "--set", "profile.clusters=second", "--set", "job.interrupt_at=75"], common],
+                              tmp_path, timeout=400)
     assert there.returncode == 0 and here.returncode == 0, (there.stderr[-3000:], here.stderr[-2000:])
     run, twin = last_json(there.stdout), last_json(here.stdout)
     assert sorted(set(run["nodes"])) == ["sec1", "sec2"] and not set(twin["nodes"]) & {"sec1", "sec2"}, run["nodes"]
     assert run["restarts"] == 1 and twin["restarts"] == 0
     run_dir = Path(run["run_dir"])
-    (resumed,) = [e for e in events.read(run_dir) if e["event"] == "resumed"]
-    assert resumed["step"] == 100
+    assert [(e["step"], e["checkpoint"]) for e in events.read(run_dir) if e["event"] == "resumed"] == [
+        (75, "ckpt-000000075")]
     assert same_weights(Path(twin["run_dir"]) / "model_final.pt", run_dir / "model_final.pt")
+    # Each checkpoint a folder: both ranks' shard files (nothing gathered to rank 0) under rank 0's manifest.
+    newest = sorted((run_dir / "checkpoints").iterdir())[-1]
+    meta = checkpoint.read(newest)  # (checks every shard file against the manifest)
+    assert sorted(meta["files"]) == sorted(p.name for p in (newest / "shards").iterdir()) == [
+        ".metadata", "__0_0.distcp", "__1_0.distcp"]
+    assert (meta["sharded"], meta["world_size"], len(meta["ranks"])) == (["model", "optimizer"], 2, 2)
     wait_until(lambda: sacct_on("second", run["job_id"]) == ["COMPLETED|sec[1-2]"], 60, "sacct -M second's record")
     status = run_submit(["status", str(run_dir)], tmp_path, timeout=120)
     assert status.returncode == 0 and "completed" in status.stdout and "cpu " in status.stdout, status.stdout
