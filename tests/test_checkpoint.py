@@ -11,7 +11,7 @@ import torch
 
 from tests.helpers import last_json, run_submit
 from trainer.config.job import JobConfig, RunSettings
-from trainer.rank import checkpoint, events, rundir
+from trainer.rank import checkpoint, durable, events, rundir
 from trainer.rank.stopping import StopRequested
 
 if TYPE_CHECKING:
@@ -54,6 +54,13 @@ def test_an_asynchronous_checkpoint_holds_its_steps_state_as_a_synchronous_one_w
     with pytest.raises(RuntimeError, match="the checkpoint of step 2 could not be written: FileExistsError"):
         writer.wait()
     writer.wait()  # raised once
+    # What a state on a GPU is staged through (checkpoint.to_host, pinned there; here the same copy without pinning):
+    # the same bytes as deepcopy's, the view still sharing, untouched by the steps after it.
+    later = state()
+    staged = checkpoint.to_host(later, pin=False)
+    later["w"].add_(1.0)  # the next steps
+    assert staged["head"].untyped_storage().data_ptr() == staged["w"].untyped_storage().data_ptr()
+    assert durable.encode(staged) == durable.encode(checkpoint.frozen(state()))
 
 
 def test_a_leftover_temporary_file_of_a_killed_writer_is_ignored_then_removed(tmp_path: Path) -> None:

@@ -10,7 +10,8 @@ Most of a checkpoint is the same on every rank (model, optimizer, counters); the
 every rank to rank 0, which writes the file.
 
 Asynchronous (the default, `Writer`): at the step boundary rank 0 takes a copy of the state (`frozen`: every
-tensor copied, shared storage kept shared, so the file holds the bytes a synchronous save of that moment would)
+tensor copied, into pinned host memory where the state is on a GPU, shared storage kept shared, so the file holds
+the bytes a synchronous save of that moment would; from a GPU, with its tensors recorded on the CPU)
 and the training loop goes on while a background thread serializes, checksums and writes it. At most one write
 is in flight: the next checkpoint, a stop (preemption, time limit, a requested stop) and the attempt's end wait
 for it, so a requeue resumes from the newest checkpoint. A checkpoint is durable once its write has finished
@@ -47,8 +48,56 @@ def save(folder: Path, step: int, state: dict[str, Any], keep: int) -> Path:
 
 def frozen(state: dict[str, Any]) -> dict[str, Any]:
     """A copy of `state` that the training steps after this moment do not change: what an asynchronous write
-    serializes (deepcopy keeps tensors that share storage sharing it, as torch.save would record them)."""
+    serializes (deepcopy keeps tensors that share storage sharing it, as torch.save would record them). A state
+    on a GPU is copied to pinned host memory instead (`to_host`): a second copy in the GPU's own memory is what
+    a large model has no room for, and a pinned copy is the fast one. (A sharded state's DTensors keep their
+    device: trainer.rank.sharded copies them with deepcopy.)"""
+    if any(isinstance(t, torch.Tensor) and t.is_cuda for t in _leaves(state)):
+        return to_host(state, pin=True)
     return copy.deepcopy(state)
+
+
+def to_host(state: Any, pin: bool) -> Any:
+    """`state` with every tensor copied to host memory (pinned with `pin`: the copies from a GPU then run without
+    staging, and are waited for once at the end), tensors that shared a storage still sharing one copy of it, as
+    deepcopy keeps them; everything else deep-copied."""
+    memo: dict[tuple[str, int], Any] = {}
+
+    def host(tensor: torch.Tensor) -> torch.Tensor:
+        if tensor.layout != torch.strided or tensor.is_quantized:  # (no plain storage to share)
+            return tensor.detach().to("cpu", copy=True)
+        storage = tensor.untyped_storage()
+        key = (str(storage.device), storage.data_ptr())
+        if key not in memo:
+            memo[key] = torch.empty(storage.nbytes(), dtype=torch.uint8, pin_memory=pin).untyped_storage()
+            memo[key].copy_(storage, non_blocking=pin)
+        return torch.empty(0, dtype=tensor.dtype).set_(memo[key], tensor.storage_offset(), tensor.size(),
+                                                        tensor.stride())
+
+    def copied(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return host(value)
+        if isinstance(value, dict):
+            return type(value)((k, copied(v)) for k, v in value.items())
+        if isinstance(value, (list, tuple)) and type(value) in (list, tuple):
+            return type(value)(copied(v) for v in value)
+        return copy.deepcopy(value)
+
+    out = copied(state)
+    if pin and torch.cuda.is_available():
+        torch.cuda.synchronize()  # (the non-blocking copies from the GPU have landed)
+    return out
+
+
+def _leaves(value: Any) -> Any:
+    if isinstance(value, dict):
+        for v in value.values():
+            yield from _leaves(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _leaves(v)
+    else:
+        yield value
 
 
 class Writer:
