@@ -24,7 +24,7 @@ from typing import Any
 from submitit.core import utils
 from submitit.core.job_environment import JobEnvironment, SignalHandler
 from submitit.local.debug import DebugJob
-from submitit.slurm.slurm import SlurmExecutor, SlurmInfoWatcher
+from submitit.slurm.slurm import SlurmExecutor, SlurmInfoWatcher, SlurmJob
 
 # (owner, attribute, what we use it for)
 REQUIRED: tuple[tuple[type, str, str], ...] = (
@@ -35,6 +35,8 @@ REQUIRED: tuple[tuple[type, str, str], ...] = (
     (SlurmExecutor, "_make_submission_file_text", "the sbatch script for --dry-run"),
     (SlurmExecutor, "_submitit_command_str", "the command the sbatch script runs"),
     (SlurmInfoWatcher, "_make_command", "submitit's sacct while --wait waits, which must name the run's cluster"),
+    (SlurmJob, "watcher", "the watcher of a run's jobs, one that names the run's cluster"),
+    (SlurmExecutor, "_internal_process_submissions", "an array's jobs, given that watcher too"),
 )
 
 
@@ -100,30 +102,34 @@ def submission_script(executor: Any) -> str:
     return str(executor._make_submission_file_text(executor._submitit_command_str, "dry-run"))
 
 
-def sacct_names_the_cluster() -> None:
-    """submitit's watcher asks sacct for the jobs' states, and sacct, unlike SLURM's other commands, ignores
-    SLURM_CLUSTERS (the profile's `clusters:`, set in this process while a run is sent and waited for): its command
-    gets the `-M` that sacct reads instead. Once per process; a run without a cluster is asked as before."""
-    if getattr(SlurmInfoWatcher._make_command, "names_the_cluster", False):
-        return
-    made = SlurmInfoWatcher._make_command
-
-    def with_cluster(self: SlurmInfoWatcher) -> list[str] | None:
-        command = made(self)
-        cluster = os.environ.get("SLURM_CLUSTERS", "")
-        return command if command is None or not cluster else [command[0], "-M", cluster, *command[1:]]
-
-    with_cluster.names_the_cluster = True  # type: ignore[attr-defined]
-    SlurmInfoWatcher._make_command = with_cluster  # type: ignore[method-assign]
-
-
 def cluster_picking(cls: type) -> type:
-    """`cls` (a SlurmExecutor) that also keeps which cluster sbatch sent each job to (`landed`): with several
-    (`-M a,b`), sbatch answers "Submitted batch job N on cluster b", whose id submitit reads and whose cluster it
-    drops."""
+    """`cls` (a SlurmExecutor) for a run on a named cluster (the profile's `clusters:`): it keeps which cluster
+    sbatch sent each job to (`landed`: with several, `-M a,b`, sbatch answers "Submitted batch job N on cluster b",
+    whose id submitit reads and whose cluster it drops), and its jobs' watcher asks sacct with `-M`: sacct, unlike
+    SLURM's other commands, ignores SLURM_CLUSTERS (which launcher.request.send sets to the run's cluster in this
+    process while the run is sent and waited for)."""
+
+    class ClusterWatcher(SlurmInfoWatcher):
+        def _make_command(self) -> list[str] | None:
+            command = super()._make_command()
+            cluster = os.environ.get("SLURM_CLUSTERS", "")
+            return command if command is None or not cluster else [command[0], "-M", cluster, *command[1:]]
+
+    class ClusterJob(SlurmJob):
+        watcher = ClusterWatcher(delay_s=600)
 
     class ClusterPicking(cls):  # type: ignore[misc, valid-type]
+        job_class = ClusterJob
         landed = ""
+
+        def _internal_process_submissions(self, delayed: list[Any]) -> list[Any]:
+            # (submitit makes an array's jobs as plain SlurmJob, not job_class: they get the same watcher)
+            jobs = super()._internal_process_submissions(delayed)
+            for job in jobs:
+                if job.watcher is not ClusterJob.watcher:
+                    job.watcher = ClusterJob.watcher
+                    job.watcher.register_job(str(job.job_id))
+            return jobs
 
         def _get_job_id_from_submission_command(self, string: bytes | str) -> str:  # type: ignore[override]
             text = string.decode() if isinstance(string, bytes) else string

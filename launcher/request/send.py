@@ -204,11 +204,8 @@ def _reach_its_cluster(sub: Submission) -> None:
     `clusters:`, which sacct is told separately)."""
     if sub.slurm_conf:
         os.environ["SLURM_CONF"] = sub.slurm_conf
-    if sub.cluster:
-        from launcher import submitit_private
-
+    if sub.cluster:  # (submitit's sacct is told by its own watcher: submitit_private.cluster_picking)
         os.environ["SLURM_CLUSTERS"] = sub.cluster
-        submitit_private.sacct_names_the_cluster()
     else:  # (a SLURM_CLUSTERS of the caller's shell would send those calls elsewhere: the profile names none)
         os.environ.pop("SLURM_CLUSTERS", None)
 
