@@ -65,11 +65,11 @@ def log_epoch(folder: Path, epoch: int, accuracy: float) -> None:
                              "images_per_second": 1500.0, "time": time.time()}) + "\n")
 
 
-def text_of(watcher: Watcher) -> list[str]:
+def text_of(watcher: Watcher, width: int | None = None, columns: int = COLUMNS) -> list[str]:
     from rich.console import Console
 
     out = io.StringIO()
-    Console(file=out, width=COLUMNS, color_system=None).print(watcher.frame())
+    Console(file=out, width=columns, color_system=None).print(watcher.frame(width))
     lines = [line.rstrip() for line in out.getvalue().splitlines()]
     table = next(i for i, line in enumerate(lines) if line.startswith("task  state"))
     return [" ".join(lines[:table]), *lines[table:]]  # the head (wrapped on a long path), the header, the rows
@@ -115,6 +115,8 @@ def test_a_frame_shows_each_tasks_state_progress_and_curve_best_first(sweep: tup
     (running,) = [r for r in rows if r.startswith("2 ")]
     shown = running[header.index("ettr"):].split()[0]  # (the column starts where its header does)
     assert "ettr" in header and shown in {"50%", "49%", "48%", "47%", "46%", "45%"}, (header, running)
+    narrow = text_of(watcher, 80, 80)  # an 80-column terminal: the ettr column gives way, the progress stays whole
+    assert "ettr" not in narrow[1] and any("22/66 (epoch 1/3)" in line for line in narrow), narrow
     log_epoch(run_dir / "task-0002", 2, 0.6)
     log_epoch(run_dir / "task-0002", 3, 0.95)
     watcher.refresh()

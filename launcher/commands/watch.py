@@ -32,6 +32,8 @@ SHOWN = {"completed": "done"}
 COLOURS = {"done": "green", "running": "cyan", "pending": "yellow", "requeued": "magenta", "failed": "red",
            "cancelled": "red", "timeout": "red"}
 HIDDEN_METRICS = ("epoch", "step", "time", "test_count", "epoch_time_s", "lr")
+# The narrowest terminal that shows the ettr column (an 80-column one cut the progress column to make room for it).
+ETTR_WIDTH = 100
 
 
 def sparkline(values: list[float]) -> str:
@@ -87,7 +89,9 @@ class Watcher:
             return (0, -value if mode == "max" else value, ts.task)
         return sorted(self.states, key=key)
 
-    def frame(self) -> Any:
+    def frame(self, width: int | None = None) -> Any:
+        """The view, for a terminal `width` columns wide (None: any): below ETTR_WIDTH the ettr column is left out
+        first, so that progress and the metric keep their room."""
         from rich.console import Group
         from rich.table import Table
         from rich.text import Text
@@ -98,7 +102,8 @@ class Watcher:
         table = Table(box=None, pad_edge=False, header_style="bold", expand=True)
         # The narrow columns keep their width on a small terminal; the overrides and last metrics share
         # what is left (ratio), cut with an ellipsis (rich would otherwise drop whole columns).
-        for column in ("task", "state", "attempt", "progress", "speed", "ettr", metric, "curve"):
+        ettr = width is None or width >= ETTR_WIDTH
+        for column in ("task", "state", "attempt", "progress", "speed", *(["ettr"] if ettr else []), metric, "curve"):
             table.add_column(column, no_wrap=True)
         for column in [*(["overrides"] if self.info.is_sweep else []), "last metrics"]:
             table.add_column(column, no_wrap=True, overflow="ellipsis", ratio=1)
@@ -109,7 +114,7 @@ class Watcher:
             value = view.last.get(metric)
             table.add_row(str(ts.task), Text(_state_text(ts, shown), style=COLOURS.get(shown, "")),
                           str(ts.attempt), view.progress(ts.overrides.get("epochs", epochs)), view.speed(),
-                          _ettr_text(self.info, ts),
+                          *([_ettr_text(self.info, ts)] if ettr else []),
                           f"{value:.4f}" if isinstance(value, (int, float)) else "-", sparkline(list(view.curve)),
                           *([overrides_text(ts.overrides)] if self.info.is_sweep else []),
                           ts.error if ts.state not in ACTIVE + ("completed",) and ts.error
@@ -154,7 +159,7 @@ def watch(args: argparse.Namespace) -> int:
     watcher.refresh()
     console = Console()
     if args.once:
-        console.print(watcher.frame())
+        console.print(watcher.frame(console.width))
         return watcher.exit_status() if watcher.ended else EXIT_OK
     return _live(watcher, console, max(0.1, args.interval))
 
@@ -178,12 +183,12 @@ def _live(watcher: Watcher, console: Any, interval: float) -> int:
 
     keys = _Keys()
     try:
-        with keys, Live(watcher.frame(), console=console, auto_refresh=False, transient=False) as live:
+        with keys, Live(watcher.frame(console.width), console=console, auto_refresh=False, transient=False) as live:
             while not watcher.ended:
                 if keys.quit_within(interval):
                     break
                 watcher.refresh()
-                live.update(watcher.frame(), refresh=True)
+                live.update(watcher.frame(console.width), refresh=True)
     except KeyboardInterrupt:
         pass
     if watcher.ended:
